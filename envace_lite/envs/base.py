@@ -30,12 +30,15 @@ class GoldTurn:
         communicate: strings the final text must contain (tau2 ``communicate_info``).
         failing: indices (into the flattened calls) of gold calls that return an error when
             replayed. They are kept and replayed as they are; the data card lists them.
+        key_args: per flattened call, the argument names the benchmark compares (tau2
+            ``compare_args``), or ``None`` for all arguments (tau2 default; BFCL always).
     """
 
     steps: list[list[ToolCall]]
     final_text: str | None = "Done."
     communicate: list[str] = field(default_factory=list)
     failing: list[int] = field(default_factory=list)
+    key_args: list[list[str] | None] = field(default_factory=list)
 
     @property
     def calls(self) -> list[ToolCall]:

@@ -1,0 +1,152 @@
+"""The ``envace-lite`` command line.
+
+Commands::
+
+    envace-lite eval --profile laptop --suite tau2-telecom --suite bfcl-base --limit 3
+    envace-lite check-benchmarks --suite bfcl-base --split all --json
+    envace-lite data build --suite tau2-telecom        # derived tasks into the cache
+    envace-lite data card                              # data/card.json
+
+Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Optional
+
+import typer
+
+from envace_lite.config import get_config
+from envace_lite.progress import get_logger, progress
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="envace-lite: EnvACE world rehearsal, on a laptop.")
+data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the data card.")
+app.add_typer(data_app, name="data")
+log = get_logger("envace_lite.cli")
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set {item!r}: use group.field=value")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+@app.command("eval")
+def eval_cmd(
+    profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
+    suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
+    limit: Optional[int] = typer.Option(None, help="tasks per suite (0 = all)"),
+    split: str = typer.Option("test", help="task split"),
+    seed: int = typer.Option(0, help="run seed"),
+    checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the base policy"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """Committed execution of the policy on real benchmark tasks; prints and saves a table."""
+    from envace_lite.evaluate import evaluate_suites, format_table, write_results
+    from envace_lite.generation import HFGenerator
+    from envace_lite.models import load_policy
+    from envace_lite.paths import new_run_dir
+
+    overrides = {"run.seed": seed, "eval.split": split, **_parse_overrides(set_)}
+    if limit is not None:
+        overrides["eval.limit"] = limit
+    if checkpoint:
+        overrides["model.checkpoint"] = checkpoint
+    cfg = get_config(profile, overrides)
+    run_dir = new_run_dir("eval", profile, seed, cfg.run.runs_root)
+    cfg.save(run_dir)
+    start = time.perf_counter()
+    model, tokenizer = load_policy(cfg)
+    log.info("loaded %s in %.1f s", cfg.model.name, time.perf_counter() - start)
+    generator = HFGenerator(model, tokenizer, seed=seed)
+    rows = evaluate_suites(generator, tokenizer, cfg, suite or None)
+    _, md = write_results(run_dir, rows)
+    typer.echo(format_table(rows))
+    typer.echo(f"\nwall time {time.perf_counter() - start:.1f} s; results in {md.parent}")
+
+
+@app.command("check-benchmarks")
+def check_benchmarks(
+    suite: list[str] = typer.Option(..., help="suite(s) to check"),
+    split: str = typer.Option("all", help="train | test | all"),
+    corrupt: bool = typer.Option(False, help="drop the last state-changing gold call instead"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per suite"),
+) -> None:
+    """Replay every task's gold calls through our adapter; score with the benchmark's evaluator.
+
+    Prints ``{"suite", "split", "tasks", "passed", "failed_ids"}`` per suite. With ``--corrupt``,
+    tasks without a state-changing gold call are skipped and "passed" counts the corrupted
+    replays that still scored 1.0 (which should be few).
+    """
+    from envace_lite.envs import list_tasks, make_env, replay_gold
+
+    ok = True
+    for s in suite:
+        ids = list_tasks(s, split)
+        passed, failed, skipped = 0, [], 0
+        for tid in progress(ids, desc=s, enabled=not as_json):
+            env = make_env(s, tid)
+            try:
+                if corrupt and not any(env.is_state_changing(c.name)
+                                       for t in env.gold_turns() for c in t.calls):
+                    skipped += 1
+                    continue
+                reward, _ = replay_gold(env, drop_last_write=corrupt)
+            finally:
+                env.close()
+            if reward == 1.0:
+                passed += 1
+            else:
+                failed.append(tid)
+        report = {"suite": s, "split": split, "tasks": len(ids) - skipped, "passed": passed,
+                  "failed_ids": failed}
+        if corrupt:
+            report["mode"] = "corrupted"
+        typer.echo(json.dumps(report) if as_json else
+                   f"{s} {split}: {passed}/{len(ids) - skipped} scored 1.0; failed {failed}")
+        ok = ok and (corrupt or not failed)
+    if not ok:
+        sys.exit(1)
+
+
+@data_app.command("build")
+def data_build(
+    suite: list[str] = typer.Option(..., help="suite(s)"),
+    split: str = typer.Option("all", help="train | test | all"),
+    rebuild: bool = typer.Option(False, help="ignore the cache"),
+) -> None:
+    """Build (or load) the derived tasks: checklists and grounding from real gold replays."""
+    from envace_lite.data import load_tasks
+
+    for s in suite:
+        splits = ("train", "test") if split == "all" else (split,)
+        for sp in splits:
+            tasks = load_tasks(s, sp, rebuild=rebuild)
+            flagged = sum(1 for t in tasks if t.flags)
+            typer.echo(f"{s} {sp}: {len(tasks)} tasks, {flagged} with flagged gold calls")
+
+
+@data_app.command("card")
+def data_card_cmd(
+    suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
+) -> None:
+    """Write ``data/card.json`` with counts, fingerprints and flagged gold calls."""
+    from envace_lite.data import write_data_card
+    from envace_lite.envs import BFCL_SUITES
+
+    suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES]
+    typer.echo(f"wrote {write_data_card(suites)}")
+
+
+if __name__ == "__main__":
+    app()

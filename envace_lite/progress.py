@@ -1,0 +1,46 @@
+"""One helper for progress bars and logging (STYLE rule 9).
+
+Bars wrap ``tqdm.auto`` with an explicit ``disable=`` (the ``TQDM_DISABLE`` variable does not reach
+notebook bars). Logging goes to stderr on rank 0 only; other ranks log warnings and worse.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from tqdm.auto import tqdm
+
+_CONFIGURED = False
+
+
+def is_rank0() -> bool:
+    """True on the main process of a distributed run (``RANK`` unset or 0)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def progress(iterable: Iterable | None = None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
+    """A tqdm bar, shown only when ``enabled`` and on rank 0.
+
+    Args:
+        iterable: what to iterate over, or ``None`` with ``total=`` for a manual bar.
+        enabled: the run config's ``run.progress`` (False in headless CI profiles).
+        **kwargs: passed to ``tqdm`` (``total``, ``desc``, ``unit`` ...).
+    """
+    return tqdm(iterable, disable=not (enabled and is_rank0()), dynamic_ncols=True, **kwargs)
+
+
+def get_logger(name: str = "envace_lite") -> logging.Logger:
+    """The package logger: INFO on rank 0, WARNING elsewhere, one stderr handler."""
+    global _CONFIGURED
+    root = logging.getLogger("envace_lite")
+    if not _CONFIGURED:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                                               "%H:%M:%S"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO if is_rank0() else logging.WARNING)
+        root.propagate = False
+        _CONFIGURED = True
+    return logging.getLogger(name)
