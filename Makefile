@@ -10,6 +10,10 @@ PROFILE ?= laptop
 LIMIT   ?= 3
 TORCH   ?= torch==2.13.0
 PYTEST_ARGS ?=
+# torch's OpenMP threads spin while waiting; on a shared 2-core machine that slows generation
+# about 25x whenever another process is busy. PASSIVE waits cost little when the machine is idle.
+OMP_WAIT_POLICY ?= PASSIVE
+export OMP_WAIT_POLICY
 
 .PHONY: setup run test test-all clean-venv
 

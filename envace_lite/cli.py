@@ -6,6 +6,7 @@ Commands::
     envace-lite check-benchmarks --suite bfcl-base --split all --json
     envace-lite data build --suite tau2-telecom        # derived tasks into the cache
     envace-lite data card                              # data/card.json
+    envace-lite train --profile smoke --mode shared --steps 3
 
 Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
 """
@@ -84,22 +85,24 @@ def check_benchmarks(
 ) -> None:
     """Replay every task's gold calls through our adapter; score with the benchmark's evaluator.
 
-    Prints ``{"suite", "split", "tasks", "passed", "failed_ids"}`` per suite. With ``--corrupt``,
-    tasks without a state-changing gold call are skipped and "passed" counts the corrupted
-    replays that still scored 1.0 (which should be few).
+    Prints ``{"suite", "split", "tasks", "passed", "failed_ids"}`` per suite and exits 1 if any
+    gold replay failed. With ``--corrupt`` the last state-changing gold call is dropped, tasks
+    without one are skipped, and it prints ``{"suite", "split", "mode", "tasks", "failed",
+    "still_passing_ids"}`` (the corrupted replays that still scored 1.0; there should be few).
     """
     from envace_lite.envs import list_tasks, make_env, replay_gold
 
     ok = True
     for s in suite:
         ids = list_tasks(s, split)
-        passed, failed, skipped = 0, [], 0
+        passed, failed, skipped, skipped_ids = 0, [], 0, set()
         for tid in progress(ids, desc=s, enabled=not as_json):
             env = make_env(s, tid)
             try:
                 if corrupt and not any(env.is_state_changing(c.name)
                                        for t in env.gold_turns() for c in t.calls):
                     skipped += 1
+                    skipped_ids.add(tid)
                     continue
                 reward, _ = replay_gold(env, drop_last_write=corrupt)
             finally:
@@ -108,12 +111,17 @@ def check_benchmarks(
                 passed += 1
             else:
                 failed.append(tid)
-        report = {"suite": s, "split": split, "tasks": len(ids) - skipped, "passed": passed,
-                  "failed_ids": failed}
+        n = len(ids) - skipped
         if corrupt:
-            report["mode"] = "corrupted"
-        typer.echo(json.dumps(report) if as_json else
-                   f"{s} {split}: {passed}/{len(ids) - skipped} scored 1.0; failed {failed}")
+            still = sorted(set(ids) - set(failed) - skipped_ids)
+            report = {"suite": s, "split": split, "mode": "corrupted", "tasks": n,
+                      "failed": len(failed), "still_passing_ids": still}
+            text = f"{s} {split} corrupted: {len(failed)}/{n} fail; still 1.0: {still}"
+        else:
+            report = {"suite": s, "split": split, "tasks": n, "passed": passed,
+                      "failed_ids": failed}
+            text = f"{s} {split}: {passed}/{n} scored 1.0; failed {failed}"
+        typer.echo(json.dumps(report) if as_json else text)
         ok = ok and (corrupt or not failed)
     if not ok:
         sys.exit(1)
@@ -146,6 +154,30 @@ def data_card_cmd(
 
     suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES]
     typer.echo(f"wrote {write_data_card(suites)}")
+
+
+@app.command("train")
+def train_cmd(
+    profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
+    mode: Optional[str] = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
+    steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the profile's)"),
+    seed: int = typer.Option(0, help="run seed"),
+    run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint."""
+    from envace_lite.train import train
+
+    overrides = {"run.seed": seed, **_parse_overrides(set_)}
+    if mode is not None:
+        overrides["grpo.mode"] = mode
+    if steps is not None:
+        overrides["grpo.steps"] = steps
+    cfg = get_config(profile, overrides)
+    start = time.perf_counter()
+    out = train(cfg, run_dir or None)
+    typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
+               f"{time.perf_counter() - start:.1f} s; run in {out}")
 
 
 if __name__ == "__main__":

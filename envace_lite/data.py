@@ -34,7 +34,7 @@ from envace_lite.envs import list_tasks, make_env
 from envace_lite.paths import DATA_DIR, cache_dir
 from envace_lite.types import ChecklistItem, Observation, Task, ToolCall
 
-DATA_VERSION = 1
+DATA_VERSION = 2
 """Bump when the derivation below changes; cached files of another version are rebuilt."""
 
 KIND_SHARES = {"call": 0.6, "observation": 0.2, "communicate": 0.2}

@@ -25,8 +25,12 @@ def cache_dir(*parts: str) -> Path:
 
 
 def new_run_dir(command: str, profile: str, seed: int, root: str | None = None) -> Path:
-    """Create ``runs/<command>/<profile>__s<seed>__<time>/`` and return it (DESIGN §8)."""
-    base = Path(root or os.environ.get("ENVACE_RUNS", "runs"))
+    """Create ``runs/<command>/<profile>__s<seed>__<time>/`` and return it (DESIGN §8).
+
+    The root is ``ENVACE_RUNS`` when set, else ``root`` (the config's ``run.runs_root``), else
+    ``runs`` under the current directory.
+    """
+    base = Path(os.environ.get("ENVACE_RUNS") or root or "runs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = base / command / f"{profile}__s{seed}__{stamp}"
     n = 1

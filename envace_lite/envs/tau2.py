@@ -505,13 +505,17 @@ class Tau2Env(Env):
         steps = [[ToolCall(a.name, dict(a.arguments), call_id=f"gold_{i}")]
                  for i, a in enumerate(crit.actions or [])]
         failing = list(_gold_failing(self.domain, self.solo, self.task_id))
+        # tau2's ActionEvaluator compares only ``compare_args`` (all arguments when None)
+        key_args = [None if a.compare_args is None else list(a.compare_args)
+                    for a in crit.actions or []]
         if self.solo:
             return [GoldTurn(steps + [[ToolCall("done", call_id="gold_done")]], final_text=None,
-                             failing=failing)]
+                             failing=failing, key_args=key_args + [None])]
         info = list(crit.communicate_info or [])
         text = ("I have taken care of your request. The details you asked for: "
                 + "; ".join(info) + ".") if info else "I have taken care of your request."
-        return [GoldTurn(steps, final_text=text, communicate=info, failing=failing)]
+        return [GoldTurn(steps, final_text=text, communicate=info, failing=failing,
+                         key_args=key_args)]
 
 
 # ---------------------------------------------------------------------------------------------

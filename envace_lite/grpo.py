@@ -1,0 +1,618 @@
+"""Role-wise GRPO (paper §2.2): advantages per (task, role), and a TRL GRPOTrainer that trains rows.
+
+One policy plays ACT and REHEARSE. Every output y_{i,m} of trajectory i (an ACT turn or a REHEARSE
+call) gets its trajectory's reward R_i (after the per-output empty penalty), and its advantage is
+R_i minus the mean reward of the outputs of the *same role* for the *same task*
+(``rolewise_advantages``). Both roles then update one set of weights (``mode="shared"``).
+
+How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md):
+
+* ``_generate_and_score_completions`` is overridden. It runs the world-rehearsal rollout on the
+  batch's tasks, scores it, and emits **rows**: one packed ACT row per trajectory (the whole caller
+  transcript; observations and template glue are kept as context but out of the loss) and one row per
+  REHEARSE call with its own prompt. Padding rows (weight 0) make the row count a multiple of
+  ``steps_per_generation`` (TRL's ``split_tensor_dict`` drops remainder rows) and equal across ranks.
+* Advantages are per token, shape (B, T): each token carries its output's advantage.
+* The aggregation rides in TRL's ``tool_mask``, which ``_compute_loss`` multiplies into the loss
+  mask: it holds per-token **weights**, not just 0/1. ``token_mean`` uses 1 on trained tokens, so
+  the ``dapo`` loss is the plain token mean. ``output_mean`` (default) uses T/(M·L_o) for a token of
+  output o (T trained tokens in the step, M trained outputs, L_o the output's length); under ``dapo``
+  (÷T) the loss becomes the mean over outputs of each output's token mean. This is the same scaling
+  as DESIGN §1's advantage scaling, but it also applies to the KL term, so the whole per-token loss
+  is averaged per output exactly (GRPO's 1/G Σ 1/|o| Σ_t form).
+* One optimizer step per generation batch (``num_iterations=1``, ``steps_per_generation`` = gradient
+  accumulation), so the importance ratio is exactly 1: no old log-probs are computed, and TRL uses
+  ``per_token_logps.detach()`` in their place.
+
+Modes (paper Fig. 3): ``shared``; ``per_role`` (a second policy copy trains only on REHEARSE rows,
+with its own gradient clipping and Adam state, sharing the rollout and the step); ``act_only``
+(ACT rows only, observations from the frozen initial policy); ``act_only_real`` (ACT rows only,
+observations from the real environment).
+
+Usage::
+
+    from envace_lite.train import train
+    run_dir = train(get_config("smoke", {"grpo.mode": "shared"}))
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
+
+from envace_lite.config import Config
+from envace_lite.rollout import Trajectory
+from envace_lite.types import ROLES
+
+MODES = ("shared", "per_role", "act_only", "act_only_real")
+ROLLOUT_MODE = {"shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
+                "act_only_real": "real"}
+"""The rollout engine's mode for each training mode."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Role-wise advantages (paper §2.2)
+# ---------------------------------------------------------------------------------------------
+def rolewise_advantages(rewards: torch.Tensor | Sequence[float], task_ids: Sequence[Hashable],
+                        roles: Sequence[str], valid: torch.Tensor | Sequence[bool] | None = None, *,
+                        singleton: str = "self", scale_std: bool = False,
+                        eps: float = 1e-6) -> torch.Tensor:
+    """A_{i,m} = R_i − μ_{x,r}: role-wise GRPO advantages, one per output (paper §2.2).
+
+    The group G_{x,r} holds every valid output of role r for task x, across the task's K
+    trajectories; μ_{x,r} is the mean reward over those *outputs* (not trajectories), so a longer
+    trajectory weighs more. Mean-only by default, as in the paper's equations.
+
+    ==========  =========  =====================================================================
+    argument    shape      meaning
+    ==========  =========  =====================================================================
+    rewards     (N,)       the output's reward: its trajectory's R_i after any per-output penalty
+    task_ids    N          hashable task keys x
+    roles       N          ``"act"`` or ``"rehearse"``
+    valid       (N,) bool  False: padding or a masked judge failure; A = 0, not in any mean
+    returns     (N,)       A, float, same dtype as ``rewards`` (float32 for lists)
+    ==========  =========  =====================================================================
+
+    Args:
+        singleton: a group with one valid output. ``"self"``: μ = R, so A = 0 (the paper's formula,
+            the default). ``"none"``: no baseline, A = R (the reference code).
+        scale_std: divide each group's centred rewards by the group's std (unbiased, as TRL and
+            verl compute it) + ``eps``. Off by default (paper: mean-only).
+        eps: added to the std when ``scale_std``.
+
+    Raises:
+        ValueError: on mismatched lengths, an unknown role or an unknown ``singleton``.
+    """
+    r = torch.as_tensor(rewards)
+    r = r.float() if not torch.is_floating_point(r) else r
+    n = r.shape[0]
+    v = torch.ones(n, dtype=torch.bool) if valid is None else torch.as_tensor(valid, dtype=torch.bool)
+    if len(task_ids) != n or len(roles) != n or v.shape[0] != n:
+        raise ValueError(f"rewards ({n}), task_ids ({len(task_ids)}), roles ({len(roles)}) and "
+                         f"valid ({v.shape[0]}) must have one entry per output")
+    if singleton not in ("self", "none"):
+        raise ValueError(f"singleton={singleton!r}: use 'self' (paper, A=0) or 'none' (A=R)")
+    groups: dict[tuple[Hashable, str], list[int]] = defaultdict(list)
+    for i, (task, role) in enumerate(zip(task_ids, roles)):
+        if role not in ROLES:
+            raise ValueError(f"roles[{i}]={role!r}: expected one of {ROLES}")
+        if v[i]:
+            groups[(task, role)].append(i)
+    adv = torch.zeros_like(r)
+    for idx in groups.values():
+        g = r[idx]
+        if len(idx) == 1:
+            adv[idx] = 0.0 if singleton == "self" else g
+            continue
+        centred = g - g.mean()
+        adv[idx] = centred / (g.std() + eps) if scale_std else centred
+    return adv
+
+
+def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
+                    ) -> tuple[torch.Tensor, list[tuple[str, str]], list[str], torch.Tensor]:
+    """One entry per output, in trajectory order then generation order.
+
+    Args:
+        trajs: scored trajectories (``reward`` set by ``rewards.score_trajectories``).
+        penalty: reward of an empty output (``rewards.output_rewards``), applied before the baseline.
+
+    Returns:
+        ``(rewards (N,), task_ids N × (suite, id), roles N, valid (N,) bool)``. ``valid`` is
+        ``rewards.output_valid``: False for every output of a judge-failed trajectory (reward 0
+        placeholder) and for REHEARSE outputs of the frozen simulator.
+    """
+    from envace_lite.rewards import output_rewards, output_valid
+
+    rewards, task_ids, roles, valid = [], [], [], []
+    for traj in trajs:
+        rewards += output_rewards(traj, penalty)
+        valid += output_valid(traj)
+        task_ids += [(traj.task.suite, traj.task.id)] * len(traj.outputs)
+        roles += [o.role for o in traj.outputs]
+    return (torch.tensor(rewards, dtype=torch.float32), task_ids, roles,
+            torch.tensor(valid, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows: packed ACT transcripts and REHEARSE calls
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Rows:
+    """Unpadded training rows. ``owner[b][t]`` is the flat output index (``flatten_outputs``
+    order) of completion token t of row b, or -1 for a token kept only as context."""
+
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    completion_ids: list[list[int]] = field(default_factory=list)
+    owner: list[list[int]] = field(default_factory=list)
+    role: list[int] = field(default_factory=list)
+    """0 for ACT rows, 1 for REHEARSE rows (``ROLES`` index)."""
+
+    def add(self, prompt: list[int], completion: list[int], owner: list[int], role: str) -> None:
+        self.prompt_ids.append(list(prompt))
+        self.completion_ids.append(list(completion))
+        self.owner.append(owner)
+        self.role.append(ROLES.index(role))
+
+
+def build_rows(trajs: Sequence[Trajectory], layout: str = "packed",
+               roles: Sequence[str] = ROLES) -> Rows:
+    """Rows for the roles in ``roles``.
+
+    ``packed``: one ACT row per trajectory, prompt ``act_ids[:act_prompt_len]``, completion the rest
+    of the transcript, each ACT-sampled token owned by its output; plus one row per REHEARSE output.
+    ``per_output``: one row per output, prompt ``Output.prompt_ids`` (the reference layout, which
+    re-encodes the history once per turn).
+
+    Raises:
+        ValueError: the packed transcript does not hold every ACT output verbatim, in order.
+    """
+    if layout not in ("packed", "per_output"):
+        raise ValueError(f"layout={layout!r}: use 'packed' or 'per_output'")
+    rows, base = Rows(), 0
+    for i, traj in enumerate(trajs):
+        flat = list(range(base, base + len(traj.outputs)))
+        base += len(traj.outputs)
+        acts = [(k, o) for k, o in zip(flat, traj.outputs) if o.role == "act"]
+        if "act" in roles and layout == "packed" and acts:
+            start = traj.act_prompt_len
+            completion, owner = traj.act_ids[start:], [-1] * (len(traj.act_ids) - start)
+            for (k, out), (lo, hi) in zip(acts, _act_spans(traj, i), strict=True):
+                if traj.act_ids[lo:hi] != out.ids or not all(traj.act_mask[lo:hi]):
+                    raise ValueError(f"trajectory {i} ({traj.task.id}): ACT output {k} is not "
+                                     "verbatim (and masked 1) in act_ids at its span")
+                owner[lo - start:hi - start] = [k] * (hi - lo)
+            if sum(m for m in traj.act_mask[start:]) != sum(len(o.ids) for _, o in acts):
+                raise ValueError(f"trajectory {i} ({traj.task.id}): act_mask marks tokens that "
+                                 "no ACT output owns")
+            rows.add(traj.act_ids[:start], completion, owner, "act")
+        for k, out in zip(flat, traj.outputs):
+            packed_act = out.role == "act" and layout == "packed"
+            if out.role in roles and not packed_act and out.ids:
+                rows.add(out.prompt_ids, out.ids, [k] * len(out.ids), out.role)
+    return rows
+
+
+def _act_spans(traj: Trajectory, i: int) -> list[tuple[int, int]]:
+    """Each ACT output's ``[start, end)`` in ``act_ids``: ``traj.act_spans``, or found by walking
+    ``act_mask`` when a hand-made trajectory leaves it empty."""
+    acts = [o for o in traj.outputs if o.role == "act"]
+    if traj.act_spans:
+        return list(traj.act_spans)
+    spans, j = [], traj.act_prompt_len
+    for out in acts:
+        while j < len(traj.act_mask) and not traj.act_mask[j]:
+            j += 1
+        spans.append((j, j + len(out.ids)))
+        j += len(out.ids)
+    if j > len(traj.act_ids):
+        raise ValueError(f"trajectory {i} ({traj.task.id}): act_ids ends inside an ACT output")
+    return spans
+
+
+def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
+    """Trained tokens per output, shape (N,) long."""
+    lengths = torch.zeros(n_outputs, dtype=torch.long)
+    for owner in rows.owner:
+        for k in owner:
+            if k >= 0:
+                lengths[k] += 1
+    return lengths
+
+
+def loss_weights(lengths: torch.Tensor, trained: torch.Tensor, aggregation: str,
+                 total_tokens: float | None = None, total_outputs: float | None = None
+                 ) -> torch.Tensor:
+    """Per-output token weight w_o, shape (N,): the loss is Σ_tokens w·ℓ / T under ``dapo``.
+
+    ``token_mean``: w = 1 for trained outputs (plain dapo). ``output_mean``: w = T/(M·L_o), so
+    Σ_t w·ℓ / T = (1/M) Σ_o mean_{t∈o} ℓ. Untrained or empty outputs get 0.
+
+    Args:
+        lengths: (N,) trained tokens per output.
+        trained: (N,) bool, the outputs that enter the loss.
+        aggregation: ``output_mean`` or ``token_mean``.
+        total_tokens, total_outputs: T and M across all ranks (default: local sums).
+    """
+    live = trained & (lengths > 0)
+    if aggregation == "token_mean":
+        return live.float()
+    if aggregation != "output_mean":
+        raise ValueError(f"aggregation={aggregation!r}: use 'output_mean' or 'token_mean'")
+    t = float(lengths[live].sum()) if total_tokens is None else float(total_tokens)
+    m = float(live.sum()) if total_outputs is None else float(total_outputs)
+    w = torch.zeros(lengths.shape[0], dtype=torch.float32)
+    w[live] = t / (m * lengths[live].float())
+    return w
+
+
+def collate_rows(rows: Rows, advantages: torch.Tensor, weights: torch.Tensor, pad_id: int,
+                 n_rows: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad rows into TRL's batch tensors; append zero-weight padding rows up to ``n_rows``.
+
+    ==================  ======  ======================================================
+    key                 shape   meaning
+    ==================  ======  ======================================================
+    prompt_ids/_mask    (B, P)  left-padded prompts
+    completion_ids      (B, C)  right-padded completions
+    completion_mask     (B, C)  1 on real tokens (attention)
+    advantages          (B, C)  the owning output's advantage, 0 elsewhere
+    tool_mask           (B, C)  loss weight w_o of the owning output, 0 elsewhere
+    row_role            (B,)    0 ACT, 1 REHEARSE, -1 padding
+    ==================  ======  ======================================================
+
+    A padding row is one pad token of prompt and one of completion, attended (a fully masked row
+    would give NaN log-probs, and 0·NaN is NaN) with weight 0.
+    """
+    n_pad = max(0, (n_rows or 0) - len(rows.role))
+    prompts = [torch.tensor(p) for p in rows.prompt_ids] + [torch.tensor([pad_id])] * n_pad
+    comps = [torch.tensor(c) for c in rows.completion_ids] + [torch.tensor([pad_id])] * n_pad
+    owners = [torch.tensor(o, dtype=torch.long) for o in rows.owner]
+    owners += [torch.tensor([-1])] * n_pad
+    owner = pad(owners, padding_value=-1, padding_side="right")
+    a_ext = torch.cat([advantages.float(), torch.zeros(1)])  # index -1 → 0
+    w_ext = torch.cat([weights.float(), torch.zeros(1)])
+    return {
+        "prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left"),
+        "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0,
+                           padding_side="left"),
+        "completion_ids": pad(comps, padding_value=pad_id, padding_side="right"),
+        "completion_mask": pad([torch.ones_like(c) for c in comps], padding_value=0,
+                               padding_side="right"),
+        "advantages": a_ext[owner],
+        "tool_mask": w_ext[owner],
+        "row_role": torch.tensor(rows.role + [-1] * n_pad, dtype=torch.long),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Generators for the roles
+# ---------------------------------------------------------------------------------------------
+class RoleRoutedGenerator:
+    """A ``Generator`` that sends each role's prompts to its own generator (per_role, act_only)."""
+
+    def __init__(self, by_role: dict[str, Any]) -> None:
+        self.by_role = by_role
+
+    def generate(self, prompts: list[list[int]], role: str, max_new_tokens: int,
+                 temperature: float, top_p: float) -> list[Any]:
+        return self.by_role[role].generate(prompts, role, max_new_tokens, temperature, top_p)
+
+
+class _InContext:
+    """A generator run inside a context (e.g. the LoRA adapter disabled: the frozen initial policy)."""
+
+    def __init__(self, gen: Any, context: Callable[[], Any]) -> None:
+        self.gen, self.context = gen, context
+
+    def generate(self, *args: Any, **kwargs: Any) -> list[Any]:
+        with self.context():
+            return self.gen.generate(*args, **kwargs)
+
+
+def _is_peft(model: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StepRecord:
+    """What one generation step produced, kept for metrics (``train.step_metrics``)."""
+
+    trajs: list[Trajectory]
+    rewards: torch.Tensor
+    task_ids: list[tuple[str, str]]
+    roles: list[str]
+    valid: torch.Tensor
+    trained: torch.Tensor
+    advantages: torch.Tensor
+    lengths: torch.Tensor
+    rows: int
+    pad_rows: int
+    rollout_seconds: float
+
+
+class RoleWiseGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer on role-wise rows (see the module docstring).
+
+    Args:
+        model: the policy (plain or PEFT), as ``models.load_policy(cfg, train=True)`` returns it.
+        tokenizer: its tokenizer.
+        tasks: the training tasks; the dataset rows are their indices, repeated K times by TRL's
+            ``RepeatSampler``.
+        cfg: the run config (``grpo``, ``rollout`` and ``run`` groups are read).
+        args: a ``trl.GRPOConfig`` (``train.grpo_args`` builds the one DESIGN §4 prescribes).
+        generator: replaces every policy-driven generator (e.g. a ``ScriptedGenerator`` in tests).
+        rollout_fn: ``(tasks, k, step) -> scored trajectories`` replacing rollout and scoring.
+        callbacks: extra ``TrainerCallback`` s.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: Config, args: Any, *,
+                 generator: Any = None, rollout_fn: Callable | None = None,
+                 callbacks: list[Any] | None = None) -> None:
+        from datasets import Dataset
+
+        g = cfg.grpo
+        if g.mode not in MODES:
+            raise ValueError(f"grpo.mode={g.mode!r}: expected one of {MODES}")
+        self.cfg, self.tasks, self.mode = cfg, list(tasks), g.mode
+        self.trained_roles = ("act",) if g.mode.startswith("act_only") else ROLES
+        self._generator_override, self._rollout_fn = generator, rollout_fn
+        self.last_record: StepRecord | None = None
+        self.role_grad_norms: dict[str, float] = {}
+        peft = _is_peft(model)
+        needs_frozen = g.beta != 0.0 or g.mode == "act_only"
+        if peft and needs_frozen and _adapter_trained(model):
+            # a warm-start adapter: the frozen initial policy is a copy of it, not the bare base
+            model.add_adapter("ref", model.peft_config["default"])
+            ref = {n.replace(".default.", ".ref."): p for n, p in model.named_parameters()
+                   if ".default." in n}
+            for name, param in model.named_parameters():
+                if name in ref:
+                    param.data.copy_(ref[name].data)
+            model.set_adapter("default")
+        # Copies are taken before TRL patches the policy's forward (a patched forward would be
+        # deep-copied still bound to the original model).
+        self.rehearse_model = copy.deepcopy(model) if g.mode == "per_role" else None
+        self.frozen_model = None
+        if needs_frozen and not peft:
+            self.frozen_model = copy.deepcopy(model).eval().requires_grad_(False)
+        if args.per_device_train_batch_size * args.steps_per_generation % g.num_generations:
+            raise ValueError("each process's generation batch must hold whole groups of "
+                             f"num_generations={g.num_generations} rollouts")
+        dataset = Dataset.from_dict({"prompt": [f"{t.suite}/{t.id}" for t in self.tasks],
+                                     "task_index": list(range(len(self.tasks)))})
+        beta, args.beta = args.beta, 0.0  # keep TRL from rebuilding a ref model from the hub path
+        try:
+            super().__init__(model=model, reward_funcs=[_rewards_come_from_rollouts], args=args,
+                             train_dataset=dataset, processing_class=tokenizer,
+                             callbacks=callbacks)
+        finally:
+            args.beta = beta
+        self.beta = beta
+        for extra in (self.rehearse_model, self.frozen_model):
+            if extra is not None:
+                extra.to(self.args.device)
+                add_fused_lm_head(extra.get_base_model() if _is_peft(extra) else extra,
+                                  temperature=self.temperature, outputs=("log_probs", "entropy"))
+        if self.rehearse_model is not None:
+            self.rehearse_model = self.accelerator.prepare_model(self.rehearse_model)
+
+    # ---- rollout ----------------------------------------------------------------------------
+    def _frozen_context(self) -> Any:
+        """The frozen initial policy: the LoRA adapter disabled (or the warm-start "ref" copy)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if not _is_peft(model):
+            return contextlib.nullcontext()
+        return use_adapter(model, "ref" if "ref" in model.peft_config else None)
+
+    def _generators(self, step: int, batch: int) -> tuple[Any, Any]:
+        """``(generator, simulator)`` for this step's rollout."""
+        from envace_lite.generation import HFGenerator
+
+        if self._generator_override is not None:
+            return self._generator_override, self._generator_override
+        seed = self.cfg.run.seed * 100_003 + step  # a resumed step samples as it would have
+
+        def hf(model: Any) -> Any:
+            return HFGenerator(self.accelerator.unwrap_model(model), self.processing_class,
+                               seed=seed, batch_size=max(1, batch))
+
+        policy = hf(self.model)
+        if self.mode == "per_role":
+            return RoleRoutedGenerator({"act": policy, "rehearse": hf(self.rehearse_model)}), None
+        if self.mode == "act_only":
+            frozen = (hf(self.frozen_model) if self.frozen_model is not None
+                      else _InContext(policy, self._frozen_context))
+            return policy, frozen
+        return policy, None
+
+    def _rollout(self, tasks: list[Any], k: int, step: int) -> list[Trajectory]:
+        if self._rollout_fn is not None:
+            return self._rollout_fn(tasks, k, step)
+        from envace_lite.rewards import score_trajectories
+        from envace_lite.rollout import close_envs, rollout
+
+        generator, simulator = self._generators(step, len(tasks) * k)
+        trajs = rollout(tasks, generator, self.processing_class, self.cfg, k=k,
+                        mode=ROLLOUT_MODE[self.mode], simulator=simulator,
+                        seed=self.cfg.run.seed * 100_003 + step)
+        # the checklist judge in every mode, so that the Fig. 3 ablations share one reward
+        score_trajectories(trajs, judge="rule")
+        close_envs(trajs)
+        return trajs
+
+    # ---- rows, advantages, weights (the override) -------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        g, k, device = self.cfg.grpo, self.num_generations, self.accelerator.device
+        index = [int(x["task_index"]) for x in inputs]
+        firsts = index[::k]
+        if index != [i for i in firsts for _ in range(k)]:
+            raise RuntimeError(f"the generation batch is not in groups of {k} repeats: {index}")
+        start = time.perf_counter()
+        trajs = self._rollout([self.tasks[i] for i in firsts], k, self.state.global_step)
+        rollout_seconds = time.perf_counter() - start
+
+        rewards, task_ids, roles, valid = flatten_outputs(trajs, g.empty_output_penalty)
+        role_ix = torch.tensor([ROLES.index(r) for r in roles], dtype=torch.long)
+        trained = valid & torch.tensor([r in self.trained_roles for r in roles], dtype=torch.bool)
+        adv = rolewise_advantages(rewards, task_ids, roles, trained,
+                                  singleton=g.singleton_baseline, scale_std=g.scale_std)
+        rows = build_rows(trajs, "packed", self.trained_roles)
+        lengths = output_lengths(rows, len(roles))
+
+        # Per-role normalisation in per_role (two independent objectives); global otherwise.
+        groups = [(r, role_ix == ROLES.index(r)) for r in ROLES] if self.mode == "per_role" \
+            else [("all", torch.ones_like(trained))]
+        weights, totals = torch.zeros(len(roles)), {}
+        for name, sel in groups:
+            live = trained & sel & (lengths > 0)
+            t, m = self._global_sum(torch.stack([lengths[live].sum(), live.sum()]).float())
+            weights += loss_weights(lengths, trained & sel, g.aggregation, t, m)
+            totals[name] = t
+        n_rows = self._padded_rows(len(rows.role))
+        batch = collate_rows(rows, adv, weights, self.processing_class.pad_token_id, n_rows)
+        batch = {key: val.to(device) for key, val in batch.items()}
+        batch["num_items_in_batch"] = torch.tensor(totals.get("all", 0.0), device=device)
+        for name in ROLES:
+            batch[f"num_items_{name}"] = torch.tensor(totals.get(name, 0.0), device=device)
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self._ref_logps(batch)
+        self.last_record = StepRecord(trajs, rewards, task_ids, roles, valid, trained, adv,
+                                      lengths, len(rows.role), n_rows - len(rows.role),
+                                      rollout_seconds)
+        return batch
+
+    def _global_sum(self, x: torch.Tensor) -> list[float]:
+        return self.accelerator.reduce(x.to(self.accelerator.device), reduction="sum").tolist()
+
+    def _padded_rows(self, n: int) -> int:
+        """Rows after padding: the cross-rank maximum, rounded up to ``steps_per_generation``."""
+        spg = self.args.steps_per_generation
+        most = int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).max())
+        return max(spg, math.ceil(most / spg) * spg)
+
+    @torch.no_grad()
+    def _ref_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-token log-probs of the reference (frozen initial) policy, shape (B, C)."""
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep, size = batch["completion_ids"].shape[1], self.args.per_device_train_batch_size
+        if self.frozen_model is not None:
+            return self._get_per_token_logps_and_entropies(self.frozen_model, ids, attention, keep,
+                                                           batch_size=size)[0]
+        with self._frozen_context():
+            return self._get_per_token_logps_and_entropies(self.model, ids, attention, keep,
+                                                           batch_size=size)[0]
+
+    # ---- loss: per_role sends each role's rows to its own policy ----------------------------
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if self.mode != "per_role":
+            return super()._compute_loss(model, inputs)
+        loss = 0.0
+        rows = inputs["row_role"].shape[0]
+        for r, role in enumerate(ROLES):
+            sel = inputs["row_role"] == r
+            empty = not bool(sel.any())
+            if empty:  # keep every rank's forward/backward collectives aligned: a zero-weight row
+                sel = torch.zeros_like(sel)
+                sel[0] = True
+            sub = {key: (val[sel] if isinstance(val, torch.Tensor) and val.dim() > 0
+                         and val.shape[0] == rows else val) for key, val in inputs.items()}
+            if empty:
+                sub["tool_mask"] = torch.zeros_like(sub["tool_mask"])
+            sub["num_items_in_batch"] = inputs[f"num_items_{role}"]
+            loss = loss + super()._compute_loss(model if role == "act" else self.rehearse_model, sub)
+        return loss
+
+    # ---- per_role: a second set of parameters in the optimizer, clipped on its own -----------
+    def _role_params(self) -> dict[str, list[torch.nn.Parameter]]:
+        return {"act": [p for p in self.model.parameters() if p.requires_grad],
+                "rehearse": [p for p in self.rehearse_model.parameters() if p.requires_grad]}
+
+    def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
+        optimizer = super().create_optimizer(model)
+        if self.rehearse_model is not None and not any(
+                getattr(gr, "role", "") == "rehearse" for gr in optimizer.param_groups):
+            # Adam keeps state per parameter, so a separate group is a separate optimizer; only
+            # the clipping couples parameters, and _clip_grad_norm clips each role on its own.
+            optimizer.add_param_group({"params": self._role_params()["rehearse"],
+                                       "weight_decay": self.args.weight_decay, "role": "rehearse"})
+        return optimizer
+
+    def _role_norms(self, max_norm: float) -> float:
+        norms = {r: float(torch.nn.utils.clip_grad_norm_(ps, max_norm))
+                 for r, ps in self._role_params().items()}
+        self.role_grad_norms = norms
+        return math.sqrt(sum(n * n for n in norms.values()))
+
+    def _clip_grad_norm(self, model: Any) -> Any:
+        if self.rehearse_model is None:
+            return super()._clip_grad_norm(model)
+        return self._role_norms(self.args.max_grad_norm)
+
+    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+        if self.rehearse_model is None or grad_norm is not None:
+            return super()._get_grad_norm(model, grad_norm)
+        return self._role_norms(float("inf"))
+
+    # ---- per_role checkpoints: the REHEARSE policy's trainable tensors ----------------------
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        if self.rehearse_model is not None and self.args.should_save:
+            from pathlib import Path
+
+            from safetensors.torch import save_file
+
+            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            # written before TRL's files: trainer_state.json, written last, marks a complete one
+            save_file(_trainable_state(self.accelerator.unwrap_model(self.rehearse_model)),
+                      folder / REHEARSE_WEIGHTS)
+        super()._save_checkpoint(model, trial)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.rehearse_model is not None:
+            from pathlib import Path
+
+            from safetensors.torch import load_file
+
+            state = load_file(Path(resume_from_checkpoint) / REHEARSE_WEIGHTS)
+            params = dict(self.accelerator.unwrap_model(self.rehearse_model).named_parameters())
+            with torch.no_grad():
+                for name, tensor in state.items():
+                    params[name].copy_(tensor)
+
+
+REHEARSE_WEIGHTS = "rehearse_policy.safetensors"
+"""per_role: the REHEARSE policy's trainable tensors inside each checkpoint folder."""
+
+
+def _trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    return {n: p.detach().contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _adapter_trained(model: Any) -> bool:
+    """True when a PEFT model's LoRA B matrices are not all zero (a loaded, trained adapter)."""
+    return any(bool(p.detach().abs().sum() > 0) for n, p in model.named_parameters()
+               if "lora_B" in n)
+
+
+def _rewards_come_from_rollouts(*args: Any, **kwargs: Any) -> list[float]:
+    """Placeholder for TRL's required ``reward_funcs``; rewards come from ``rewards.py``."""
+    raise RuntimeError("RoleWiseGRPOTrainer scores trajectories itself; this is never called")

@@ -1,0 +1,321 @@
+"""Trajectory rewards: the checklist judge, an optional LLM judge, verifiable rewards (DESIGN §1, §8).
+
+A task carries one checklist per reference user turn; each ``ChecklistItem`` has a weight and the
+weights of a turn sum to 1. An item passes when ANY step of its user turn satisfies it:
+
+==============  ==================================================================================
+``call``        a call with the same tool name whose key arguments equal the item's, after JSON
+                normalisation (``data.normalize``); other arguments are not compared
+``observation`` the observation of such a matching call contains every expected value (substring)
+``communicate`` the turn's final text contains the string: tau2's ``CommunicateEvaluator`` rule,
+                ``info.lower() in text.lower().replace(",", "")`` (tau2
+                ``evaluator/evaluator_communicate.py``, ``evaluate_communicate_info``; commas are
+                removed from the text only, as there)
+``no_call``     the turn made no tool call AND was closed (a final answer or a terminal tool). A
+                turn cut off by a parse error does not pass: otherwise garbage would earn the full
+                reward of every "ask, don't call" turn. Deliberate; it is our rule, not tau2's.
+==============  ==================================================================================
+
+R = Σ_turns (Σ passed weights) / number of reference user turns; unreached turns score 0.
+
+A failed judge (LLM judge HTTP error, timeout, bad JSON, wrong item count; or a crashing
+``env.score()``) never scores 0: the trajectory gets ``reward=None, reward_valid=False`` and the
+trainer masks it out of the loss (DESIGN §1, "known flaws"). It is counted and logged.
+
+Usage::
+
+    from envace_lite.rewards import score_trajectories, output_rewards, output_valid
+    stats = score_trajectories(trajs)                   # rule judge
+    rewards = [r for t in trajs for r in output_rewards(t, cfg.grpo.empty_output_penalty)]
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from envace_lite.data import normalize
+from envace_lite.progress import get_logger
+from envace_lite.types import ChecklistItem
+
+if TYPE_CHECKING:  # rollout imports this module; the types are only needed for annotations
+    from envace_lite.rollout import Step, Trajectory
+
+log = get_logger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule-based checklist judge
+# ---------------------------------------------------------------------------------------------
+
+def communicated(info: str, text: str) -> bool:
+    """tau2's communicate rule: ``info.lower() in text.lower().replace(",", "")``."""
+    return str(info).lower() in (text or "").lower().replace(",", "")
+
+
+def call_matches(item: ChecklistItem, step: Step) -> bool:
+    """Same tool name, and every key argument equal after JSON normalisation (absent == None)."""
+    if step.call.name != item.tool:
+        return False
+    args = step.call.arguments if isinstance(step.call.arguments, dict) else {}
+    return all(normalize(args.get(k)) == normalize(v) for k, v in item.key_args.items())
+
+
+def judge_turn(items: list[ChecklistItem], steps: list[Step], final_text: str,
+               closed: bool | None = None) -> list[bool]:
+    """Verdicts of one user turn's checklist.
+
+    Args:
+        items: the turn's checklist.
+        steps: the steps of THIS user turn (terminal pseudo-tools are never recorded as steps).
+        final_text: the ACT final answer that closed the turn ("" if none).
+        closed: whether the turn was closed (final answer or terminal tool); default: a non-empty
+            ``final_text``. Only ``no_call`` items read it.
+
+    Returns:
+        One bool per item, in order.
+    """
+    closed = bool((final_text or "").strip()) if closed is None else closed
+    verdicts = []
+    for it in items:
+        if it.kind == "call":
+            ok = any(call_matches(it, s) for s in steps)
+        elif it.kind == "observation":
+            values = [str(v) for v in (it.expected or [])]
+            ok = any(call_matches(it, s) and all(v in s.observation.content for v in values)
+                     for s in steps)
+        elif it.kind == "communicate":
+            ok = communicated(str(it.expected), final_text)
+        elif it.kind == "no_call":
+            ok = closed and not steps
+        else:
+            raise ValueError(f"unknown checklist kind {it.kind!r}: use call, observation, "
+                             "communicate or no_call")
+        verdicts.append(bool(ok))
+    return verdicts
+
+
+def _turn_closed(traj: Trajectory, u: int) -> bool:
+    if u < len(traj.final_texts) and traj.final_texts[u].strip():
+        return True
+    return u == traj.user_turns_reached - 1 and traj.stop_reason == "terminal_tool"
+
+
+def _aggregate(traj: Trajectory, verdicts: list[list[bool]], judge: str) -> tuple[float, dict]:
+    """R and details from per-reached-turn verdicts (unreached turns score 0)."""
+    checklist = traj.task.checklist
+    n_turns = max(1, len(checklist))
+    scores, items = [], []
+    for u, turn in enumerate(checklist):
+        v = verdicts[u] if u < len(verdicts) else [False] * len(turn)
+        scores.append(sum(it.weight for it, ok in zip(turn, v) if ok))
+        items.append([{"kind": it.kind, "tool": it.tool, "weight": it.weight, "passed": ok}
+                      for it, ok in zip(turn, v)])
+    return sum(scores) / n_turns, {"judge": judge, "turn_scores": scores, "items": items,
+                                   "user_turns": len(checklist),
+                                   "reached": traj.user_turns_reached}
+
+
+def checklist_reward(traj: Trajectory) -> tuple[float, dict[str, Any]]:
+    """R_i = Σ turn scores / reference user turns, with the rule judge (DESIGN §1).
+
+    Returns:
+        ``(R in [0, 1], details)``; details hold ``turn_scores`` (one per reference user turn),
+        ``items`` (per turn, per item: kind, tool, weight, passed), ``user_turns``, ``reached``.
+    """
+    verdicts = []
+    for u in range(min(traj.user_turns_reached, len(traj.task.checklist))):
+        steps = [s for s in traj.steps if s.user_turn == u]
+        final = traj.final_texts[u] if u < len(traj.final_texts) else ""
+        verdicts.append(judge_turn(traj.task.checklist[u], steps, final, _turn_closed(traj, u)))
+    return _aggregate(traj, verdicts, "rule")
+
+
+# ---------------------------------------------------------------------------------------------
+# The LLM checklist judge (optional; any OpenAI-compatible endpoint, stdlib only)
+# ---------------------------------------------------------------------------------------------
+
+class JudgeError(RuntimeError):
+    """The judge gave no usable verdict; the trajectory is masked, never scored 0."""
+
+
+JUDGE_SYSTEM = """You grade an AI agent's trajectory against a checklist. For each numbered item \
+decide whether the trajectory satisfies it, judging only from the transcript. Reply with JSON \
+only, no prose: {"verdicts": [true, false, ...]}, exactly one boolean per item, in order."""
+
+
+def describe_item(it: ChecklistItem) -> str:
+    """One line that states what a checklist item requires."""
+    args = json.dumps(it.key_args, ensure_ascii=False, sort_keys=True)
+    return {
+        "call": f"the agent calls {it.tool} with arguments including {args}",
+        "observation": f"the result of the call {it.tool}({args}) contains each of "
+                       f"{json.dumps(it.expected, ensure_ascii=False)}",
+        "communicate": f"the agent's final reply of this turn tells the user: {it.expected}",
+        "no_call": "the agent makes no tool call in this turn and replies in text",
+    }.get(it.kind, f"{it.kind}: {it.expected}")
+
+
+def transcript(traj: Trajectory) -> str:
+    """The trajectory as text: user messages, ACT outputs and observations, by user turn."""
+    lines = []
+    for u in range(traj.user_turns_reached):
+        for m in traj.task.user_turns[u] if u < len(traj.task.user_turns) else []:
+            lines.append(f"[user turn {u + 1}] User: {m.get('content', '')}")
+        for o in traj.outputs:
+            if o.role == "act" and o.user_turn == u:
+                lines.append(f"Assistant: {o.text.strip()}")
+                for s in traj.steps:
+                    if s.turn == o.turn:
+                        lines.append(f"Tool result ({s.call.name}): {s.observation.content}")
+    return "\n".join(lines)
+
+
+class LLMJudge:
+    """A checklist judge served by an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    It is asked for one boolean per checklist item of the REACHED user turns (unreached turns
+    score 0 without asking); R is then aggregated exactly as by the rule judge.
+
+    Args:
+        base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the model name sent in the request.
+        api_key: sent as ``Authorization: Bearer`` when given.
+        timeout: HTTP timeout in seconds.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None,
+                 timeout: float = 60.0) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key, self.timeout = model, api_key, timeout
+
+    def messages(self, traj: Trajectory) -> tuple[list[dict[str, str]], int]:
+        """The judge prompt and the number of items it must answer."""
+        lines, n = [], 0
+        for u in range(min(traj.user_turns_reached, len(traj.task.checklist))):
+            for it in traj.task.checklist[u]:
+                n += 1
+                lines.append(f"{n}. [user turn {u + 1}] {describe_item(it)}")
+        user = (f"## Transcript\n{transcript(traj)}\n\n## Checklist\n" + "\n".join(lines)
+                + f"\n\nAnswer with {{\"verdicts\": [...]}} holding exactly {n} booleans.")
+        return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}], n
+
+    def _post(self, messages: list[dict[str, str]]) -> str:
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0.0}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                data = json.loads(r.read().decode())
+            return str(data["choices"][0]["message"]["content"] or "")
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            raise JudgeError(f"judge endpoint {self.url} failed: {type(e).__name__}: {e}") from e
+
+    def __call__(self, traj: Trajectory) -> tuple[float, dict[str, Any]]:
+        """``(R, details)`` for one trajectory.
+
+        Raises:
+            JudgeError: on any failure (HTTP, timeout, unparseable JSON, wrong item count).
+        """
+        messages, n = self.messages(traj)
+        content = self._post(messages) if n else '{"verdicts": []}'
+        m = re.search(r"\{.*\}", content, re.DOTALL)
+        try:
+            verdicts = json.loads(m.group(0))["verdicts"] if m else None
+        except (ValueError, KeyError, TypeError):
+            verdicts = None
+        if not isinstance(verdicts, list) or len(verdicts) != n \
+                or not all(isinstance(v, bool) for v in verdicts):
+            raise JudgeError(f"judge reply is not {n} boolean verdicts: {content[:200]!r}")
+        per_turn, k = [], 0
+        for u in range(min(traj.user_turns_reached, len(traj.task.checklist))):
+            size = len(traj.task.checklist[u])
+            per_turn.append(verdicts[k:k + size])
+            k += size
+        return _aggregate(traj, per_turn, "llm")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring a batch, and per-output rewards for the trainer
+# ---------------------------------------------------------------------------------------------
+
+def verifiable_reward(traj: Trajectory) -> tuple[float, dict[str, Any]]:
+    """The benchmark's own evaluator on the trajectory's env (``real`` mode keeps it).
+
+    Raises:
+        ValueError: the trajectory has no env (only ``real`` mode rollouts can be scored so).
+    """
+    if traj.env is None:
+        raise ValueError(f"{traj.task.id}: no env on this trajectory; 'verifiable' rewards need "
+                         "rollout(mode='real'), before close_envs()")
+    reward, details = traj.env.score()
+    return float(reward), {"judge": "verifiable", **details}
+
+
+def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str, Any]:
+    """Set ``reward``, ``reward_valid`` and ``reward_details`` on every trajectory.
+
+    Args:
+        trajs: rollouts.
+        judge: ``"rule"`` (``checklist_reward``), ``"verifiable"`` (``env.score()``, real mode)
+            or an ``LLMJudge`` (any callable ``traj -> (R, details)``).
+
+    Returns:
+        ``{"n", "invalid", "reward_mean"}`` (the mean over valid trajectories; None if none).
+    """
+    if isinstance(judge, str):
+        fns = {"rule": checklist_reward, "verifiable": verifiable_reward}
+        if judge not in fns:
+            raise ValueError(f"judge={judge!r}: use 'rule', 'verifiable' or an LLMJudge")
+        fn = fns[judge]
+        if judge == "verifiable" and any(t.env is None for t in trajs):
+            raise ValueError("'verifiable' rewards need trajectories of rollout(mode='real') "
+                             "that still hold their env (score before close_envs)")
+    else:
+        fn = judge
+    invalid = 0
+    for t in trajs:
+        try:
+            reward, details = fn(t)
+            t.reward, t.reward_valid, t.reward_details = float(reward), True, details
+        except Exception as e:  # noqa: BLE001 (a failed judge masks the trajectory, never crashes)
+            t.reward, t.reward_valid, t.reward_details = None, False, {"judge_error": repr(e)}
+        if not t.reward_valid:
+            invalid += 1
+            log.warning("%s #%d: judge failed, masked from the loss: %s", t.task.id, t.index,
+                        t.reward_details["judge_error"][:200])
+    valid = [t.reward for t in trajs if t.reward_valid]
+    return {"n": len(trajs), "invalid": invalid,
+            "reward_mean": sum(valid) / len(valid) if valid else None}
+
+
+def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
+    """One reward per output of ``traj.outputs``, in order (DESIGN §8 "Training").
+
+    An EMPTY output's reward is REPLACED by ``penalty`` (it does not get R_i + penalty): this is
+    the reference's "empty output scores −0.1", applied per output before the baseline. The
+    trajectory's R is unchanged. An invalid trajectory (failed judge) gets 0.0 placeholders: the
+    caller must pass ``output_valid(traj)`` as the mask.
+
+    Raises:
+        ValueError: the trajectory was not scored.
+    """
+    if not traj.reward_valid:
+        return [0.0] * len(traj.outputs)
+    if traj.reward is None:
+        raise ValueError(f"{traj.task.id} #{traj.index} is not scored: call score_trajectories")
+    return [penalty if o.empty else float(traj.reward) for o in traj.outputs]
+
+
+def output_valid(traj: Trajectory) -> list[bool]:
+    """Per output: trainable and counted in the baselines. False for every output of a trajectory
+    whose judge failed, and for REHEARSE outputs of the frozen simulator (``act_only``)."""
+    return [traj.reward_valid and o.source == "policy" for o in traj.outputs]
+
+
+__all__ = ["judge_turn", "checklist_reward", "score_trajectories", "output_rewards",
+           "output_valid", "LLMJudge", "JudgeError", "verifiable_reward", "communicated"]

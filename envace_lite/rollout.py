@@ -1,0 +1,567 @@
+"""World-rehearsal rollouts: the ACT/REHEARSE alternation (paper §2.1; DESIGN §1, §8).
+
+One policy plays two roles. ACT reads the task, the tool schemas and its own token history h_t
+and emits a_t: tool calls, a final answer, or a terminal pseudo-tool (telecom's ``done``: never
+rehearsed, never counted, it ends the episode). REHEARSE reads its OWN prompt, rebuilt per call
+(``protocol.rehearse_messages``: instruction, tools, grounding or ``<unavailable>``, the
+conversation so far, the call) and writes ô_t. Then h_{t+1} = h_t ⊕ (a_t, ô_t).
+
+Modes: ``rehearse`` (EnvACE: ``generator`` writes the observations), ``real`` (``env.step``
+does; each trajectory owns a fresh env, kept on ``Trajectory.env`` for verifiable rewards; call
+``close_envs`` afterwards), ``frozen_simulator`` (``simulator``, the frozen initial policy, runs
+the same REHEARSE prompt; ``act_only``).
+
+Turn-synchronous batching: all live trajectories' ACT prompts go to ONE ``generate`` call, then
+all their REHEARSE prompts to ONE more; finished trajectories drop out.
+
+Packing: ``act_ids`` is append-only. After each ACT output come its sampled ids verbatim (mask 1;
+plus the template's end-of-turn id, e.g. ``<|im_end|>``, when it stopped, so the loss teaches
+stopping), then glue (mask 0): the rest of the assistant turn's closing, one user message with
+the ``<tool_response>`` blocks (or the next user turn), the assistant generation prompt. The glue
+comes from the tokenizer's own chat template (``chat_glue``); only glue and observation text is
+tokenized, model output never. After the last output nothing is appended.
+
+Stops (``Trajectory.stop_reason``): ``final_answer`` (last user turn), ``terminal_tool``,
+``turn_limit`` (``max_turns`` ACT outputs), ``context_budget`` (the next ACT prompt would exceed
+``max_prompt_tokens``: stop before generating), ``parse_error`` (a syntactic ACT failure),
+``gate_closed`` (gated replay: a required checklist item of the turn failed) and ``env_done``
+(real mode: the benchmark ended the episode, e.g. BFCL's step limit).
+
+Decisions: a rehearsed error is an ordinary observation (the reference code ends the episode; we
+do not, DESIGN §1). A REHEARSE output without a proper ``<execution_result>`` gives its raw text
+(think blocks removed, stripped, capped at ``RAW_OBSERVATION_CHARS``) as the observation; the
+output keeps its ``error_code`` and counts as a REHEARSE parse error; the episode goes on. A
+REHEARSE prompt still over budget after trimming is generated anyway (``Output.prompt_fits``
+False): the system text, tools and call are never cut (DESIGN §8), and ``Config.finalize`` keeps
+the budget inside the model's context.
+
+Usage::
+
+    from envace_lite.rollout import rollout
+    trajs = rollout(tasks, HFGenerator(model, tok), tok, cfg, k=cfg.grpo.num_generations)
+    row, mask = trajs[0].act_ids[trajs[0].act_prompt_len:], trajs[0].act_mask[trajs[0].act_prompt_len:]
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace_lite import protocol
+from envace_lite.envs import Env, make_env
+from envace_lite.generation import Completion, Generator, chat_ids
+from envace_lite.progress import get_logger
+from envace_lite.protocol import ErrorCode
+from envace_lite.rewards import judge_turn
+from envace_lite.types import Observation, Role, Task, ToolCall
+
+log = get_logger(__name__)
+
+MODES = ("rehearse", "real", "frozen_simulator")
+RAW_OBSERVATION_CHARS = 2000
+"""Cap of the raw text that becomes the observation when a REHEARSE output has no proper tags."""
+TERMINAL_TOOLS = {"tau2-telecom": frozenset({"done"})}
+"""Terminal pseudo-tools per suite, when no env is at hand (``Env.terminal_tools`` otherwise)."""
+
+
+@dataclass
+class Output:
+    """One policy output y_{i,m}: an ACT turn or one REHEARSE call (paper §2.2).
+
+    Attributes:
+        role: ``"act"`` or ``"rehearse"``.
+        turn: the ACT turn index t (0-based) this output belongs to; a REHEARSE output carries the
+            turn of the call it answers.
+        call_index: REHEARSE only: which call of the turn's ACT reply it answers (else -1).
+        prompt_ids: the exact token ids the output was sampled from. ACT: the whole append-only
+            history h_t at that turn (``act_ids[:start]``). REHEARSE: its own rebuilt prompt.
+        ids: the sampled token ids, verbatim, INCLUDING the stop token when the output stopped on
+            one (so the loss teaches stopping); shape (L,). The stop token recorded is the
+            template's end-of-turn id (``ChatGlue.eot_id``) whichever stop id the generator hit.
+        text: the generator's text of the sampled ids, without the stop token.
+        logprobs: per-token log-probabilities at sampling time, as the generator gave them: they
+            cover the ids BEFORE the appended stop token (len(ids) - 1 when it was appended);
+            None for generators without logprobs.
+        parse_kind: ACT: ``calls`` | ``final`` | ``error``; REHEARSE: ``ok`` | ``error``.
+        error_code: the ``protocol.ErrorCode`` value ("" when none).
+        empty: True when the output is empty after stripping (``ErrorCode.EMPTY``; it gets the
+            empty-output penalty).
+        finish_reason: ``stop`` or ``length``.
+        user_turn: the reference user turn the output belongs to.
+        source: ``policy``, or ``frozen_simulator`` for REHEARSE outputs of the frozen simulator
+            (records only: never train on them, never count them in a baseline).
+        prompt_fits: REHEARSE: False when the prompt stayed over budget after trimming.
+    """
+
+    role: Role
+    turn: int
+    prompt_ids: list[int]
+    ids: list[int]
+    text: str
+    call_index: int = -1
+    logprobs: list[float] | None = None
+    parse_kind: str = ""
+    error_code: str = ""
+    empty: bool = False
+    finish_reason: str = "stop"
+    user_turn: int = 0
+    source: str = "policy"
+    prompt_fits: bool = True
+
+
+@dataclass
+class Step:
+    """One executed (or rehearsed) tool call of a trajectory, with its observation.
+
+    Attributes:
+        turn: the ACT turn index.
+        user_turn: the reference user turn the call belongs to (for the checklist).
+        call: the parsed call (violations included).
+        observation: o_t (real) or ô_t (rehearsed).
+        source: ``real`` | ``rehearsed`` | ``frozen_simulator``.
+    """
+
+    turn: int
+    user_turn: int
+    call: ToolCall
+    observation: Observation
+    source: str
+
+
+@dataclass
+class Trajectory:
+    """One rollout τ_i of task x (paper §2.1).
+
+    The ACT side is packed: ``act_ids`` is the append-only token history (initial prompt, then
+    each ACT output followed by template glue and the observations), and ``act_mask`` marks the
+    tokens sampled by ACT (1) versus prompt, glue and observations (0). The packed ACT row of the
+    trainer is ``act_ids[act_prompt_len:]`` with ``act_mask[act_prompt_len:]``; ``act_spans``
+    gives each ACT output's ``[start, end)`` in ``act_ids`` (in the order of the ACT outputs).
+
+    Attributes:
+        task: the task x.
+        index: i, the rollout index within the task's group of K.
+        act_ids: shape (T,); the full ACT token history.
+        act_mask: shape (T,); 1 on ACT-sampled tokens.
+        act_prompt_len: length of the initial ACT prompt (system, tools, first user message).
+        outputs: every output, in generation order (ACT turn t, then its REHEARSE calls).
+        steps: every tool call with its observation, in order.
+        final_texts: per reached user turn, the ACT final answer text ("" if none).
+        user_turns_reached: how many reference user turns were shown to ACT.
+        stop_reason: ``final_answer`` | ``terminal_tool`` | ``turn_limit`` | ``context_budget`` |
+            ``parse_error`` | ``gate_closed`` | ``env_done`` (real mode).
+        real_calls: real executions made by this rollout (0 in ``rehearse`` mode).
+        grounding: ``gold`` or ``none`` (whether REHEARSE saw the task's grounding).
+        mode: ``rehearse`` | ``real`` | ``frozen_simulator``.
+        reward: R_i, set by ``rewards``; None until scored, and None when the judge failed.
+        reward_valid: False when the judge failed (the trajectory is masked out of the loss).
+        reward_details: per-turn scores and per-item verdicts.
+        turns: the number of ACT outputs.
+        act_spans: ``[start, end)`` of each ACT output's ids in ``act_ids``.
+        env: ``real`` mode (or a given ``env_factory``): the trajectory's env, for
+            ``rewards.verifiable_reward``; release it with ``close_envs``. Not serialisable: use
+            ``to_dict``, not ``dataclasses.asdict``.
+    """
+
+    task: Task
+    index: int
+    act_ids: list[int] = field(default_factory=list)
+    act_mask: list[int] = field(default_factory=list)
+    act_prompt_len: int = 0
+    outputs: list[Output] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    final_texts: list[str] = field(default_factory=list)
+    user_turns_reached: int = 1
+    stop_reason: str = ""
+    real_calls: int = 0
+    grounding: str = "gold"
+    mode: str = "rehearse"
+    reward: float | None = None
+    reward_valid: bool = True
+    reward_details: dict[str, Any] = field(default_factory=dict)
+    turns: int = 0
+    act_spans: list[tuple[int, int]] = field(default_factory=list)
+    env: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (no env, no token ids): for run files and viewers."""
+        return {"task_id": self.task.id, "suite": self.task.suite, "index": self.index,
+                "mode": self.mode, "grounding": self.grounding, "stop_reason": self.stop_reason,
+                "turns": self.turns, "user_turns_reached": self.user_turns_reached,
+                "real_calls": self.real_calls, "reward": self.reward,
+                "reward_valid": self.reward_valid, "final_texts": self.final_texts,
+                "outputs": [{"role": o.role, "turn": o.turn, "call_index": o.call_index,
+                             "text": o.text, "parse_kind": o.parse_kind,
+                             "error_code": o.error_code, "n_ids": len(o.ids)}
+                            for o in self.outputs],
+                "steps": [{"turn": s.turn, "user_turn": s.user_turn, "call": s.call.to_dict(),
+                           "observation": s.observation.to_dict(), "source": s.source}
+                          for s in self.steps]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Template glue, derived once per tokenizer from its own chat template
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChatGlue:
+    """The text a ChatML-like template puts around messages (e.g. Qwen3, SmolLM2).
+
+    Attributes:
+        gen_prompt: the assistant generation prompt (Qwen3: ``<|im_start|>assistant\\n<think>\\n\\n
+            </think>\\n\\n`` with thinking off).
+        user_prefix, user_suffix: around a user message's content.
+        assistant_suffix: after an assistant message's content (``<|im_end|>\\n``).
+        eot_id: the end-of-turn token that starts ``assistant_suffix`` (None if it is not one
+            added token); eot_text: its text.
+    """
+
+    gen_prompt: str
+    user_prefix: str
+    user_suffix: str
+    assistant_suffix: str
+    eot_id: int | None
+    eot_text: str
+
+    def close(self, stopped: bool) -> str:
+        """Glue that closes an assistant turn after its sampled ids (+ eot when it stopped)."""
+        if stopped and self.eot_id is not None:
+            return self.assistant_suffix[len(self.eot_text):]
+        return self.assistant_suffix
+
+    def after_turn(self, stopped: bool, messages: list[dict[str, Any]]) -> str:
+        """Close the assistant turn, wrap ``messages`` as user messages, open the next turn."""
+        body = "".join(f"{self.user_prefix}{m['content']}{self.user_suffix}" for m in messages)
+        return self.close(stopped) + body + self.gen_prompt
+
+
+_PROBE = "ENVACE-PROBE-7f3a"
+_GLUE: dict[tuple, ChatGlue] = {}
+
+
+def _render(tokenizer: Any, messages: list[dict[str, str]], gen: bool) -> str:
+    kw = {"enable_thinking": False} if "enable_thinking" in (tokenizer.chat_template or "") else {}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen, **kw)
+
+
+def chat_glue(tokenizer: Any) -> ChatGlue:
+    """Derive the glue by diffing probe renderings of the tokenizer's template (cached).
+
+    Raises:
+        ValueError: the template is not append-only (a later message rewrites earlier text).
+    """
+    key = (id(tokenizer), tokenizer.chat_template, len(tokenizer))
+    if key in _GLUE:
+        return _GLUE[key]
+    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    r0 = _render(tokenizer, base, False)
+    gen = _render(tokenizer, base, True)
+    user = _render(tokenizer, base + [{"role": "user", "content": _PROBE}], False)
+    asst = _render(tokenizer, base + [{"role": "assistant", "content": _PROBE}], False)
+    if not all(r.startswith(r0) for r in (gen, user, asst)) \
+            or _PROBE not in user[len(r0):] or _PROBE not in asst[len(r0):]:
+        raise ValueError("the chat template is not append-only (ChatML-like); the packed ACT "
+                         "history cannot be built from it: use a Qwen3 or SmolLM2 tokenizer")
+    user_prefix, user_suffix = user[len(r0):].split(_PROBE)
+    asst_prefix, asst_suffix = asst[len(r0):].split(_PROBE)
+    if asst_prefix != gen[len(r0):]:
+        log.warning("template renders assistant turns as %r but prompts with %r; the packed "
+                    "history follows the generation prompt", asst_prefix, gen[len(r0):])
+    eot_id, eot_text = None, ""
+    ids = tokenizer.encode(asst_suffix, add_special_tokens=False)
+    if ids:
+        text = tokenizer.decode([ids[0]])
+        if text in tokenizer.get_added_vocab() and asst_suffix.startswith(text):
+            eot_id, eot_text = ids[0], text
+    glue = ChatGlue(gen[len(r0):], user_prefix, user_suffix, asst_suffix, eot_id, eot_text)
+    _GLUE[key] = glue
+    return glue
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Live:
+    """Per-trajectory state of ``rollout`` besides the record itself."""
+
+    traj: Trajectory
+    messages: list[dict[str, Any]]  # plain conversation, no system prompt (REHEARSE history)
+    grounding: list[dict[str, Any]] | None
+    terminal: frozenset[str]
+    user_turn: int = 0
+    stopped: bool = True  # the last output ended on a stop token
+    calls: list[ToolCall] = field(default_factory=list)  # this turn's calls to rehearse/execute
+    observations: list[Observation] = field(default_factory=list)
+    terminal_call: ToolCall | None = None
+    pending: list[dict[str, Any]] = field(default_factory=list)  # messages for this turn's glue
+
+
+def _ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
+    stop = out.finish_reason == "stop" and glue.eot_id is not None
+    return list(out.ids) + ([glue.eot_id] if stop else [])
+
+
+def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalParse]:
+    """A REHEARSE output as an observation: the parsed block, else the raw text (capped)."""
+    parsed = protocol.parse_rehearsal(text)
+    if parsed.ok:
+        return Observation(parsed.content, error=parsed.is_error), parsed
+    raw = protocol.strip_think(text or "")[0].strip()[:RAW_OBSERVATION_CHARS]
+    return Observation(raw, error=protocol.is_error_content(raw)), parsed
+
+
+def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Any, *, k: int,
+            mode: str = "rehearse", simulator: Generator | None = None,
+            env_factory: Callable[[Task], Env] | None = None, seed: int = 0) -> list[Trajectory]:
+    """Roll out ``k`` trajectories per task, turn-synchronously (see the module docstring).
+
+    Args:
+        tasks: the tasks x.
+        generator: the policy; plays ACT, and REHEARSE in ``rehearse`` mode.
+        tokenizer: the policy's tokenizer (chat template, glue, REHEARSE token counts).
+        cfg: a ``Config``; reads ``cfg.rollout`` (rendering, budgets, sampling, replay, drop p).
+        k: rollouts per task.
+        mode: ``rehearse`` | ``real`` | ``frozen_simulator``.
+        simulator: ``frozen_simulator`` mode: the generator that writes the observations.
+        env_factory: ``task -> Env``; ``real`` mode defaults to ``make_env(task.suite, task.id)``.
+            In ``rehearse`` mode a given env is reset and kept, but never stepped.
+        seed: seeds the per-trajectory grounding drop (``random.Random(seed)``).
+
+    Returns:
+        ``len(tasks) * k`` trajectories, task-major (task 0 rollouts 0..k-1, then task 1 ...).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: use one of {MODES}")
+    if mode == "frozen_simulator" and simulator is None:
+        raise ValueError("mode='frozen_simulator' needs simulator= (the frozen initial policy)")
+    if mode == "real" and env_factory is None:
+        env_factory = lambda task: make_env(task.suite, task.id)  # noqa: E731
+    rc, glue, rng, started = cfg.rollout, chat_glue(tokenizer), random.Random(seed), time.time()
+    lives: list[_Live] = []
+    for task in tasks:
+        prompt = chat_ids(tokenizer, protocol.act_messages(
+            task.messages, task.tools, rc.rendering, rc.compact_policy_chars, []))
+        flat = [g for turn in task.grounding for g in turn]
+        plain = [{"role": m["role"], "content": m["content"]}
+                 for m in task.messages if m["role"] != "system"]
+        for i in range(k):
+            gold = rng.random() >= rc.grounding_drop_p and mode != "real"
+            env = env_factory(task) if env_factory is not None else None
+            if env is not None:
+                env.reset()
+            t = Trajectory(task, i, act_ids=list(prompt), act_mask=[0] * len(prompt),
+                           act_prompt_len=len(prompt), final_texts=[""], mode=mode,
+                           grounding="gold" if gold else "none", env=env)
+            if len(prompt) > rc.max_prompt_tokens:
+                t.stop_reason = "context_budget"
+            terminal = env.terminal_tools if env is not None else TERMINAL_TOOLS.get(
+                task.suite, frozenset())
+            lives.append(_Live(t, list(plain), flat if gold else None, frozenset(terminal)))
+
+    while live := [s for s in lives if not s.traj.stop_reason]:
+        # ---- ACT: one generate call for every live trajectory ----------------------------------
+        prompts = [list(s.traj.act_ids) for s in live]
+        outs = generator.generate(prompts, role="act", max_new_tokens=rc.max_new_tokens_act,
+                                  temperature=rc.temperature, top_p=rc.top_p)
+        for s, prompt, out in zip(live, prompts, outs):
+            _act(s, prompt, out, glue, cfg)
+        # ---- REHEARSE (or real execution): one generate call for every call of the turn --------
+        acting = [s for s in live if s.calls or s.terminal_call is not None]
+        if mode == "real":
+            for s in acting:
+                _execute(s)
+        else:
+            frozen = mode == "frozen_simulator"
+            _rehearse(acting, simulator if frozen else generator, tokenizer, cfg,
+                      "frozen_simulator" if frozen else "rehearsed")
+        for s in acting:
+            if s.terminal_call is not None:
+                s.traj.stop_reason = "terminal_tool"
+            elif s.traj.env is not None and s.traj.env.done and mode == "real":
+                s.traj.stop_reason = "env_done"
+            else:
+                msg = protocol.tool_response_message(s.observations)
+                s.pending.append(msg)
+                s.messages.append(msg)
+        # ---- glue: close the turn, append observations / next user turn ----------------------
+        for s in live:
+            _advance(s, glue, tokenizer, rc)
+
+    stats = rollout_stats([s.traj for s in lives])
+    log.info("rollout %s: %d trajectories in %.1f s; stops %s; parse errors act %d/%d, rehearse "
+             "%d/%d", mode, len(lives), time.time() - started,
+             {k: v for k, v in stats.items() if k.startswith("stop/")},
+             stats["act/parse_errors"], stats["act/outputs"], stats["rehearse/parse_errors"],
+             stats["rehearse/outputs"])
+    return [s.traj for s in lives]
+
+
+def _act(s: _Live, prompt: list[int], out: Completion, glue: ChatGlue, cfg: Any) -> None:
+    """Record one ACT output, parse it, and route it: stop, close the user turn, or calls."""
+    t = s.traj
+    parsed = protocol.parse_act(out.text, t.task.tools)
+    ids = _ids_with_stop(out, glue)
+    t.outputs.append(Output(
+        "act", t.turns, prompt, ids, out.text, logprobs=out.logprobs, parse_kind=parsed.kind,
+        error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
+        finish_reason=out.finish_reason, user_turn=s.user_turn))
+    t.act_spans.append((len(t.act_ids), len(t.act_ids) + len(ids)))
+    t.act_ids += ids
+    t.act_mask += [1] * len(ids)
+    s.stopped = len(ids) > len(out.ids)
+    s.messages.append({"role": "assistant", "content": out.text})
+    s.calls, s.observations, s.terminal_call, s.pending = [], [], None, []
+    turn, t.turns = t.turns, t.turns + 1
+    if parsed.kind == "error":
+        t.stop_reason = "parse_error"
+        log.debug("%s #%d turn %d: ACT parse error %s (%s): %r", t.task.id, t.index, turn,
+                  parsed.error_code.value, parsed.reason, out.text[:120])
+    elif parsed.kind == "final":
+        _close_user_turn(s, parsed.text, cfg)
+    else:
+        for j, call in enumerate(parsed.calls):
+            call.call_id = f"call_{turn}_{j}"
+            if call.name in s.terminal:
+                s.terminal_call = call
+                break
+            s.calls.append(call)
+
+
+def _close_user_turn(s: _Live, text: str, cfg: Any) -> None:
+    """A final answer: end the episode, or replay the next user turn (gated or always)."""
+    t, u = s.traj, s.user_turn
+    t.final_texts[u] = text
+    if t.mode == "real":
+        nxt = t.env.end_turn(text)
+        if nxt is None:
+            t.stop_reason = "final_answer"
+            return
+    else:
+        if u + 1 >= len(t.task.user_turns):
+            t.stop_reason = "final_answer"
+            return
+        if cfg.rollout.user_replay == "gated":
+            items = t.task.checklist[u] if u < len(t.task.checklist) else []
+            verdicts = judge_turn(items, [st for st in t.steps if st.user_turn == u], text, True)
+            if not all(v for it, v in zip(items, verdicts) if it.required_for_next_turn):
+                t.stop_reason = "gate_closed"
+                return
+        nxt = t.task.user_turns[u + 1]
+    s.user_turn += 1
+    t.user_turns_reached += 1
+    t.final_texts.append("")
+    for m in nxt:
+        msg = {"role": "user", "content": str(m.get("content") or "")}
+        s.pending.append(msg)
+        s.messages.append(msg)
+
+
+def _execute(s: _Live) -> None:
+    """Real mode: ``env.step`` the turn's calls (and the terminal call, which it never counts)."""
+    t = s.traj
+    batch = s.calls + ([s.terminal_call] if s.terminal_call is not None else [])
+    s.observations = list(t.env.step(batch))[:len(s.calls)]
+    t.real_calls = t.env.real_calls
+    for call, obs in zip(s.calls, s.observations):
+        t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, "real"))
+
+
+def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
+              source: str) -> None:
+    """One REHEARSE generate call for every call of every acting trajectory, in order."""
+    rc = cfg.rollout
+    jobs = [(s, j, c) for s in acting for j, c in enumerate(s.calls)]
+    if not jobs:
+        return
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    prompts, fits = [], []
+    for s, _, call in jobs:
+        rp = protocol.rehearse_messages(s.traj.task.tools, s.grounding, s.messages, call, count,
+                                        rc.max_prompt_tokens, rc.rendering)
+        prompts.append(chat_ids(tokenizer, rp.messages))
+        fits.append(rp.fits)
+    outs = gen.generate(prompts, role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
+                        temperature=rc.temperature, top_p=rc.top_p)
+    glue = chat_glue(tokenizer)
+    for (s, j, call), prompt, fit, out in zip(jobs, prompts, fits, outs):
+        t = s.traj
+        obs, parsed = rehearsal_observation(out.text)
+        t.outputs.append(Output(
+            "rehearse", t.turns - 1, prompt, _ids_with_stop(out, glue), out.text, call_index=j,
+            logprobs=out.logprobs, parse_kind="ok" if parsed.ok else "error",
+            error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
+            finish_reason=out.finish_reason, user_turn=s.user_turn,
+            source="frozen_simulator" if source == "frozen_simulator" else "policy",
+            prompt_fits=fit))
+        if not parsed.ok:
+            log.debug("%s #%d turn %d call %d: REHEARSE parse error %s; raw text used: %r",
+                      t.task.id, t.index, t.turns - 1, j, parsed.error_code.value, out.text[:120])
+        if not fit:
+            log.debug("%s #%d: REHEARSE prompt over budget after trimming; generated anyway",
+                      t.task.id, t.index)
+        s.observations.append(obs)
+        t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, source))
+
+
+def _advance(s: _Live, glue: ChatGlue, tokenizer: Any, rc: Any) -> None:
+    """After a turn: stop on the turn limit or the budget, else append the glue (mask 0)."""
+    t = s.traj
+    if t.stop_reason:
+        return
+    if t.turns >= rc.max_turns:
+        t.stop_reason = "turn_limit"
+        return
+    ids = tokenizer.encode(glue.after_turn(s.stopped, s.pending), add_special_tokens=False)
+    if len(t.act_ids) + len(ids) > rc.max_prompt_tokens:
+        t.stop_reason = "context_budget"
+        return
+    t.act_ids += ids
+    t.act_mask += [0] * len(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookkeeping
+# ---------------------------------------------------------------------------------------------
+
+def rollout_stats(trajs: list[Trajectory]) -> dict[str, float]:
+    """Role-tagged counts and rates for ``metrics.jsonl`` (policy outputs only).
+
+    Keys: ``{act,rehearse}/{outputs,tokens,parse_errors,parse_error_rate,empty}``,
+    ``rehearse/over_budget``, ``act/calls``, ``act/violation_rate``, ``rollout/turns_mean``,
+    ``rollout/real_calls``, ``stop/<reason>`` (counts).
+    """
+    out: dict[str, float] = {}
+    for role in ("act", "rehearse"):
+        outs = [o for t in trajs for o in t.outputs if o.role == role and o.source == "policy"]
+        errors = sum(o.parse_kind == "error" for o in outs)
+        out.update({f"{role}/outputs": len(outs), f"{role}/tokens": sum(len(o.ids) for o in outs),
+                    f"{role}/parse_errors": errors, f"{role}/empty": sum(o.empty for o in outs),
+                    f"{role}/parse_error_rate": errors / len(outs) if outs else 0.0})
+    out["rehearse/over_budget"] = sum(not o.prompt_fits for t in trajs for o in t.outputs)
+    calls = [s.call for t in trajs for s in t.steps]
+    out["act/calls"] = len(calls)
+    out["act/violation_rate"] = sum(bool(c.violations) for c in calls) / len(calls) if calls else 0.0
+    out["rollout/turns_mean"] = sum(t.turns for t in trajs) / len(trajs) if trajs else 0.0
+    out["rollout/real_calls"] = sum(t.real_calls for t in trajs)
+    out.update({f"stop/{r}": n for r, n in sorted(Counter(t.stop_reason for t in trajs).items())})
+    return out
+
+
+def close_envs(trajs: list[Trajectory]) -> None:
+    """Close and drop the envs kept by ``real``-mode trajectories (after verifiable scoring)."""
+    for t in trajs:
+        if t.env is not None:
+            t.env.close()
+            t.env = None
+
+
+__all__ = ["rollout", "Output", "Step", "Trajectory", "ChatGlue", "chat_glue", "rollout_stats",
+           "close_envs", "rehearsal_observation", "MODES"]

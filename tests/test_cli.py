@@ -1,0 +1,43 @@
+"""The command line, run through its real entry points with tiny budgets."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from envace_lite.cli import app
+
+runner = CliRunner()
+
+
+def test_check_benchmarks_gold_and_corrupted_json():
+    res = runner.invoke(app, ["check-benchmarks", "--suite", "bfcl-base", "--split", "test", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output.strip().splitlines()[-1])
+    assert report == {"suite": "bfcl-base", "split": "test", "tasks": 50, "passed": 50,
+                      "failed_ids": []}
+    res = runner.invoke(app, ["check-benchmarks", "--suite", "tau2-airline-ticket", "--split",
+                              "test", "--corrupt", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output.strip().splitlines()[-1])
+    # 14 of the 20 airline test tasks have a write call; dropping it always fails
+    assert (report["tasks"], report["failed"], report["still_passing_ids"]) == (14, 14, [])
+
+
+def test_eval_smoke_writes_run_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path))
+    res = runner.invoke(app, ["eval", "--profile", "smoke", "--suite", "bfcl-base", "--limit", "1"])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = list((tmp_path / "eval").iterdir())
+    assert run_dir.name.startswith("smoke__s0__")
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["profile"] == "smoke" and cfg["eval"]["limit"] == 1
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["multi_turn_base_5"]
+    assert "| bfcl-base | multi_turn_base_5 |" in (run_dir / "results.md").read_text()
+    assert "pass@1" in res.output
+
+
+def test_unknown_override_is_refused():
+    res = runner.invoke(app, ["eval", "--profile", "smoke", "--set", "rollout.nope=1"])
+    assert res.exit_code != 0 and "unknown config key" in repr(res.exception)
