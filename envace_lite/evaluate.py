@@ -205,9 +205,14 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     SmolLM2 case: without a warm start it answers in text, and every reward is 0).
     """
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    def cell(r: dict[str, Any], c: str) -> str:
+        if c == "reward":
+            return f"{r[c]:.3f}"
+        text = str(r[c])  # telecom ids run to 200 characters: keep the head and the tail
+        return text if len(text) <= 48 else f"{text[:30]}…{text[-17:]}"
+
     for r in rows:
-        lines.append("| " + " | ".join(
-            f"{r[c]:.3f}" if c == "reward" else str(r[c]) for c in TABLE_COLUMNS) + " |")
+        lines.append("| " + " | ".join(cell(r, c) for c in TABLE_COLUMNS) + " |")
     lines.append("")
     for suite in dict.fromkeys(r["suite"] for r in rows):
         sub = [r for r in rows if r["suite"] == suite]

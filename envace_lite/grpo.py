@@ -163,6 +163,12 @@ class Rows:
         self.owner.append(owner)
         self.role.append(ROLES.index(role))
 
+    def trained_only(self, trained: torch.Tensor) -> "Rows":
+        """The rows that own at least one trained output (a masked trajectory costs nothing)."""
+        keep = [b for b, owner in enumerate(self.owner) if any(k >= 0 and trained[k] for k in owner)]
+        return Rows([self.prompt_ids[b] for b in keep], [self.completion_ids[b] for b in keep],
+                    [self.owner[b] for b in keep], [self.role[b] for b in keep])
+
 
 def build_rows(trajs: Sequence[Trajectory], layout: str = "packed",
                roles: Sequence[str] = ROLES) -> Rows:
@@ -473,7 +479,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         trained = valid & torch.tensor([r in self.trained_roles for r in roles], dtype=torch.bool)
         adv = rolewise_advantages(rewards, task_ids, roles, trained,
                                   singleton=g.singleton_baseline, scale_std=g.scale_std)
-        rows = build_rows(trajs, "packed", self.trained_roles)
+        rows = build_rows(trajs, "packed", self.trained_roles).trained_only(trained)
         lengths = output_lengths(rows, len(roles))
 
         # Per-role normalisation in per_role (two independent objectives); global otherwise.
@@ -519,6 +525,10 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         with self._frozen_context():
             return self._get_per_token_logps_and_entropies(self.model, ids, attention, keep,
                                                            batch_size=size)[0]
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        with _lm_head_on_completions_only():
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
     # ---- loss: per_role sends each role's rows to its own policy ----------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -597,6 +607,25 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             with torch.no_grad():
                 for name, tensor in state.items():
                     params[name].copy_(tensor)
+
+
+@contextlib.contextmanager
+def _lm_head_on_completions_only() -> Any:
+    """On CPU, let TRL's fused LM head score only the completion positions.
+
+    Without Triton, trl 1.16 projects *every* position through the LM head and zeroes the prompt
+    afterwards (to keep tile shapes fixed for Neuron's compiler). With Qwen3's 151k vocabulary
+    and a tiny backbone that is most of a CPU step. The compact path it uses on GPUs is plain
+    torch and gives the same numbers, so it is switched on for CPU devices while TRL computes.
+    """
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
 
 
 REHEARSE_WEIGHTS = "rehearse_policy.safetensors"

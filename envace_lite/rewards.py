@@ -1,4 +1,4 @@
-"""Trajectory rewards: the checklist judge, an optional LLM judge, verifiable rewards (DESIGN §1, §8).
+"""Trajectory rewards: checklist judge, optional LLM judge, verifiable rewards (DESIGN §1, §8).
 
 A task carries one checklist per reference user turn; each ``ChecklistItem`` has a weight and the
 weights of a turn sum to 1. An item passes when ANY step of its user turn satisfies it:
@@ -317,5 +317,14 @@ def output_valid(traj: Trajectory) -> list[bool]:
     return [traj.reward_valid and o.source == "policy" for o in traj.outputs]
 
 
-__all__ = ["judge_turn", "checklist_reward", "score_trajectories", "output_rewards",
-           "output_valid", "LLMJudge", "JudgeError", "verifiable_reward", "communicated"]
+__all__ = [
+    "JudgeError",
+    "LLMJudge",
+    "checklist_reward",
+    "communicated",
+    "judge_turn",
+    "output_rewards",
+    "output_valid",
+    "score_trajectories",
+    "verifiable_reward",
+]

@@ -1,45 +1,40 @@
 """World-rehearsal rollouts: the ACT/REHEARSE alternation (paper §2.1; DESIGN §1, §8).
 
-One policy plays two roles. ACT reads the task, the tool schemas and its own token history h_t
-and emits a_t: tool calls, a final answer, or a terminal pseudo-tool (telecom's ``done``: never
-rehearsed, never counted, it ends the episode). REHEARSE reads its OWN prompt, rebuilt per call
-(``protocol.rehearse_messages``: instruction, tools, grounding or ``<unavailable>``, the
-conversation so far, the call) and writes ô_t. Then h_{t+1} = h_t ⊕ (a_t, ô_t).
+One policy plays two roles. ACT reads the task, the tool schemas and its token history h_t and
+emits a_t: tool calls, a final answer, or a terminal pseudo-tool (telecom's ``done``: never
+rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, rebuilt per call
+(``protocol.rehearse_messages``) and writes ô_t. Then h_{t+1} = h_t ⊕ (a_t, ô_t).
 
-Modes: ``rehearse`` (EnvACE: ``generator`` writes the observations), ``real`` (``env.step``
-does; each trajectory owns a fresh env, kept on ``Trajectory.env`` for verifiable rewards; call
-``close_envs`` afterwards), ``frozen_simulator`` (``simulator``, the frozen initial policy, runs
-the same REHEARSE prompt; ``act_only``).
-
-Turn-synchronous batching: all live trajectories' ACT prompts go to ONE ``generate`` call, then
-all their REHEARSE prompts to ONE more; finished trajectories drop out.
-
-Packing: ``act_ids`` is append-only. After each ACT output come its sampled ids verbatim (mask 1;
-plus the template's end-of-turn id, e.g. ``<|im_end|>``, when it stopped, so the loss teaches
-stopping), then glue (mask 0): the rest of the assistant turn's closing, one user message with
-the ``<tool_response>`` blocks (or the next user turn), the assistant generation prompt. The glue
-comes from the tokenizer's own chat template (``chat_glue``); only glue and observation text is
-tokenized, model output never. After the last output nothing is appended.
-
-Stops (``Trajectory.stop_reason``): ``final_answer`` (last user turn), ``terminal_tool``,
-``turn_limit`` (``max_turns`` ACT outputs), ``context_budget`` (the next ACT prompt would exceed
-``max_prompt_tokens``: stop before generating), ``parse_error`` (a syntactic ACT failure),
-``gate_closed`` (gated replay: a required checklist item of the turn failed) and ``env_done``
-(real mode: the benchmark ended the episode, e.g. BFCL's step limit).
-
-Decisions: a rehearsed error is an ordinary observation (the reference code ends the episode; we
-do not, DESIGN §1). A REHEARSE output without a proper ``<execution_result>`` gives its raw text
-(think blocks removed, stripped, capped at ``RAW_OBSERVATION_CHARS``) as the observation; the
-output keeps its ``error_code`` and counts as a REHEARSE parse error; the episode goes on. A
-REHEARSE prompt still over budget after trimming is generated anyway (``Output.prompt_fits``
-False): the system text, tools and call are never cut (DESIGN §8), and ``Config.finalize`` keeps
-the budget inside the model's context.
+- Modes: ``rehearse`` (EnvACE: ``generator`` writes ô_t); ``real`` (``env.step`` writes o_t; each
+  trajectory owns a fresh env on ``Trajectory.env``; ``close_envs`` after scoring);
+  ``frozen_simulator`` (``simulator``, the frozen initial policy, runs the same REHEARSE prompt).
+- Turn-synchronous batching: all live ACT prompts go to ONE ``generate`` call, then all their
+  REHEARSE prompts to ONE more; finished trajectories drop out.
+- Packing: ``act_ids`` is append-only: each ACT output's sampled ids verbatim (mask 1, plus the
+  template's end-of-turn id when it stopped), then glue (mask 0) derived from the tokenizer's own
+  chat template (``chat_glue``): the turn's closing, a user message with the ``<tool_response>``
+  blocks (or the next user turn), the generation prompt. Model output is never re-tokenized.
+  Nothing is appended after the last output.
+- User replay: a final answer closes the user turn; ``gated`` appends the next reference user
+  message only if the turn's ``required_for_next_turn`` items pass (``rewards.judge_turn``),
+  ``always`` always does; ``real`` mode asks ``env.end_turn(text)``.
+- Stops (``stop_reason``): ``final_answer`` (of the last user turn), ``terminal_tool``,
+  ``turn_limit``, ``context_budget`` (the next ACT prompt would exceed ``max_prompt_tokens``: stop
+  before generating), ``parse_error`` (syntactic ACT failure), ``gate_closed``, ``env_done`` (real
+  mode: the benchmark ended it, e.g. BFCL's step limit).
+- A rehearsed error is an ordinary observation; the episode goes on (DESIGN §1 fixes the
+  reference). A REHEARSE output without a proper ``<execution_result>`` gives its raw text (think
+  removed, stripped, capped at ``RAW_OBSERVATION_CHARS``) as the observation; the output keeps its
+  ``error_code`` (a REHEARSE parse error in ``rollout_stats``) and the episode goes on.
+- A REHEARSE prompt still over ``max_prompt_tokens`` after trimming is generated anyway
+  (``Output.prompt_fits`` False): only what DESIGN §8 forbids cutting is left.
 
 Usage::
 
     from envace_lite.rollout import rollout
     trajs = rollout(tasks, HFGenerator(model, tok), tok, cfg, k=cfg.grpo.num_generations)
-    row, mask = trajs[0].act_ids[trajs[0].act_prompt_len:], trajs[0].act_mask[trajs[0].act_prompt_len:]
+    t = trajs[0]
+    completion, loss_mask = t.act_ids[t.act_prompt_len:], t.act_mask[t.act_prompt_len:]
 """
 from __future__ import annotations
 
@@ -51,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
+from envace_lite.config import Config
 from envace_lite.envs import Env, make_env
 from envace_lite.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger
@@ -162,8 +158,8 @@ class Trajectory:
         turns: the number of ACT outputs.
         act_spans: ``[start, end)`` of each ACT output's ids in ``act_ids``.
         env: ``real`` mode (or a given ``env_factory``): the trajectory's env, for
-            ``rewards.verifiable_reward``; release it with ``close_envs``. Not serialisable: use
-            ``to_dict``, not ``dataclasses.asdict``.
+            ``rewards.verifiable_reward``; release it with ``close_envs`` (before any
+            ``dataclasses.asdict``, which would deep-copy it).
     """
 
     task: Task
@@ -185,21 +181,6 @@ class Trajectory:
     turns: int = 0
     act_spans: list[tuple[int, int]] = field(default_factory=list)
     env: Any = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable summary (no env, no token ids): for run files and viewers."""
-        return {"task_id": self.task.id, "suite": self.task.suite, "index": self.index,
-                "mode": self.mode, "grounding": self.grounding, "stop_reason": self.stop_reason,
-                "turns": self.turns, "user_turns_reached": self.user_turns_reached,
-                "real_calls": self.real_calls, "reward": self.reward,
-                "reward_valid": self.reward_valid, "final_texts": self.final_texts,
-                "outputs": [{"role": o.role, "turn": o.turn, "call_index": o.call_index,
-                             "text": o.text, "parse_kind": o.parse_kind,
-                             "error_code": o.error_code, "n_ids": len(o.ids)}
-                            for o in self.outputs],
-                "steps": [{"turn": s.turn, "user_turn": s.user_turn, "call": s.call.to_dict(),
-                           "observation": s.observation.to_dict(), "source": s.source}
-                          for s in self.steps]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +296,7 @@ def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalPar
     return Observation(raw, error=protocol.is_error_content(raw)), parsed
 
 
-def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Any, *, k: int,
+def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config, *, k: int,
             mode: str = "rehearse", simulator: Generator | None = None,
             env_factory: Callable[[Task], Env] | None = None, seed: int = 0) -> list[Trajectory]:
     """Roll out ``k`` trajectories per task, turn-synchronously (see the module docstring).
@@ -340,7 +321,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Any, *
     if mode == "frozen_simulator" and simulator is None:
         raise ValueError("mode='frozen_simulator' needs simulator= (the frozen initial policy)")
     if mode == "real" and env_factory is None:
-        env_factory = lambda task: make_env(task.suite, task.id)  # noqa: E731
+        env_factory = lambda task: make_env(task.suite, task.id)
     rc, glue, rng, started = cfg.rollout, chat_glue(tokenizer), random.Random(seed), time.time()
     lives: list[_Live] = []
     for task in tasks:
@@ -548,7 +529,7 @@ def rollout_stats(trajs: list[Trajectory]) -> dict[str, float]:
     out["rehearse/over_budget"] = sum(not o.prompt_fits for t in trajs for o in t.outputs)
     calls = [s.call for t in trajs for s in t.steps]
     out["act/calls"] = len(calls)
-    out["act/violation_rate"] = sum(bool(c.violations) for c in calls) / len(calls) if calls else 0.0
+    out["act/violation_rate"] = sum(bool(c.violations) for c in calls) / max(1, len(calls))
     out["rollout/turns_mean"] = sum(t.turns for t in trajs) / len(trajs) if trajs else 0.0
     out["rollout/real_calls"] = sum(t.real_calls for t in trajs)
     out.update({f"stop/{r}": n for r, n in sorted(Counter(t.stop_reason for t in trajs).items())})
@@ -563,5 +544,15 @@ def close_envs(trajs: list[Trajectory]) -> None:
             t.env = None
 
 
-__all__ = ["rollout", "Output", "Step", "Trajectory", "ChatGlue", "chat_glue", "rollout_stats",
-           "close_envs", "rehearsal_observation", "MODES"]
+__all__ = [
+    "MODES",
+    "ChatGlue",
+    "Output",
+    "Step",
+    "Trajectory",
+    "chat_glue",
+    "close_envs",
+    "rehearsal_observation",
+    "rollout",
+    "rollout_stats",
+]

@@ -107,7 +107,8 @@ def step_metrics(record: Any) -> dict[str, Any]:
     ``nonzero_adv_group_frac`` (share of trained (task, role) groups with some A ≠ 0),
     ``turns_mean`` (ACT outputs per trajectory), ``violation_rate`` (tool calls with schema or
     unknown-tool violations), ``masked_frac`` (trajectories masked by a failed judge),
-    ``real_calls``, ``rows``, ``pad_rows``, ``rollout_seconds``. A value that does not apply
+    ``tool_calls`` (parsed calls), ``real_calls`` (real executions), ``rows``, ``pad_rows``,
+    ``rollout_seconds``. A value that does not apply
     (e.g. REHEARSE baselines in act_only) is None.
     """
     trajs, roles, trained = record.trajs, record.roles, record.trained.tolist()
@@ -137,7 +138,7 @@ def step_metrics(record: Any) -> dict[str, Any]:
         "turns_mean": _mean([float(sum(o.role == "act" for o in t.outputs)) for t in trajs]),
         "violation_rate": _mean([float(bool(s.call.violations)) for s in steps]),
         "masked_frac": _mean([float(not t.reward_valid) for t in trajs]),
-        "real_calls": sum(t.real_calls for t in trajs),
+        "tool_calls": len(steps), "real_calls": sum(t.real_calls for t in trajs),
         "rows": record.rows, "pad_rows": record.pad_rows,
         "rollout_seconds": record.rollout_seconds,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+from typing import ClassVar
 
 import pytest
 
@@ -176,10 +177,10 @@ def test_output_valid_masks_frozen_simulator_and_invalid_trajectories():
 # ---------------------------------------------------------------------------------------------
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    reply: tuple[int, str] = (200, "")
-    seen: list[dict] = []
+    reply: ClassVar[tuple[int, str]] = (200, "")
+    seen: ClassVar[list[dict]] = []
 
-    def do_POST(self):  # noqa: N802 (http.server API)
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Handler.seen.append(body)
         code, content = _Handler.reply

@@ -1,0 +1,304 @@
+"""Tests of envace_lite.grpo: role-wise advantages, rows and weights, and the TRL trainer.
+
+Expected advantages are computed by hand in each test. The trainer tests use a tiny random Qwen3
+(hidden 32, one layer, the real Qwen3 vocabulary) and hand-made trajectories built from real
+token ids, so they need neither the rollout engine nor a generator.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+from envace_lite.config import get_config
+from envace_lite.grpo import (RoleWiseGRPOTrainer, build_rows, collate_rows, flatten_outputs,
+                              loss_weights, output_lengths, rolewise_advantages)
+from envace_lite.models import load_policy, qwen3_tokenizer
+from envace_lite.rollout import Output, Trajectory
+from envace_lite.train import grpo_args
+from envace_lite.types import Task
+
+A, R = "act", "rehearse"
+
+
+def close(got, want, tol=1e-6):
+    return torch.allclose(got, torch.tensor(want, dtype=got.dtype), atol=tol, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# rolewise_advantages: hand-computed cases
+# ---------------------------------------------------------------------------------------------
+def test_unequal_turn_counts_weigh_outputs_not_trajectories():
+    # task x, K=2: trajectory 0 (R=1) has 3 ACT turns and 2 REHEARSE calls, trajectory 1 (R=0)
+    # has 1 ACT turn and 1 call. μ_act = (1+1+1+0)/4 = 0.75; μ_reh = (1+1+0)/3 = 2/3.
+    rewards = [1, 1, 1, 1, 1, 0, 0]
+    roles = [A, R, A, R, A, A, R]
+    adv = rolewise_advantages(rewards, ["x"] * 7, roles)
+    third = 1 / 3
+    assert close(adv, [0.25, third, 0.25, third, 0.25, -0.75, -2 * third])
+    # a trajectory-level baseline (0.5) would have given ±0.5: the output count matters
+    assert not close(adv, [0.5, 0.5, 0.5, 0.5, 0.5, -0.5, -0.5])
+
+
+def test_singleton_group_both_settings():
+    # ACT has two outputs (0.8, 0.2 → μ 0.5); REHEARSE has one (0.8)
+    rewards, roles = [0.8, 0.8, 0.2], [A, R, A]
+    assert close(rolewise_advantages(rewards, ["y"] * 3, roles), [0.3, 0.0, -0.3])
+    assert close(rolewise_advantages(rewards, ["y"] * 3, roles, singleton="none"),
+                 [0.3, 0.8, -0.3])
+
+
+def test_all_equal_rewards_give_zero_everywhere():
+    adv = rolewise_advantages([0.4] * 6, ["x", "x", "x", "y", "y", "y"], [A, R, A, A, R, R])
+    assert torch.equal(adv, torch.zeros(6))
+
+
+def test_padding_entries_get_zero_and_do_not_count():
+    # two padding entries with absurd rewards; the real ACT group is (1, 0) → μ 0.5
+    rewards = [1.0, 99.0, 0.0, -99.0]
+    valid = torch.tensor([True, False, True, False])
+    adv = rolewise_advantages(rewards, ["x"] * 4, [A, A, A, R], valid)
+    assert close(adv, [0.5, 0.0, -0.5, 0.0])
+
+
+def task_(tid: str) -> Task:
+    return Task(tid, "toy", "train", [], [], [[]], [[]], [[]], [[]])
+
+
+def out_(role: str, empty: bool = False) -> Output:
+    return Output(role, 0, [1], [2], "", empty=empty)
+
+
+def test_masked_judge_failure_and_empty_penalty_through_flatten_outputs():
+    # trajectory 0: R=1, outputs act, rehearse, act(empty → -0.1); trajectory 1: R=0.5 with act,
+    # rehearse; trajectory 2: the judge failed (reward None) with act, rehearse → masked.
+    t0 = Trajectory(task_("x"), 0, outputs=[out_(A), out_(R), out_(A, empty=True)], reward=1.0)
+    t1 = Trajectory(task_("x"), 1, outputs=[out_(A), out_(R)], reward=0.5)
+    t2 = Trajectory(task_("x"), 2, outputs=[out_(A), out_(R)], reward=None, reward_valid=False)
+    rewards, task_ids, roles, valid = flatten_outputs([t0, t1, t2], penalty=-0.1)
+    assert close(rewards, [1.0, 1.0, -0.1, 0.5, 0.5, 0.0, 0.0])
+    assert valid.tolist() == [True] * 5 + [False] * 2
+    assert roles == [A, R, A, A, R, A, R] and set(task_ids) == {("toy", "x")}
+    adv = rolewise_advantages(rewards, task_ids, roles, valid)
+    # μ_act = (1 - 0.1 + 0.5)/3 = 1.4/3; μ_reh = (1 + 0.5)/2 = 0.75
+    mu = 1.4 / 3
+    assert close(adv, [1 - mu, 0.25, -0.1 - mu, 0.5 - mu, -0.25, 0.0, 0.0])
+
+
+def test_two_tasks_interleaved_in_one_batch():
+    # a and b alternate; each (task, role) group is centred on its own
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.3, 0.5, 0.7]
+    tasks = ["a", "b", "a", "b", "a", "b", "a", "b"]
+    roles = [A, A, A, A, R, R, R, R]
+    adv = rolewise_advantages(rewards, tasks, roles)
+    # a/act (1, 0) μ .5; b/act (0, 1) μ .5; a/reh (.5, .5) μ .5; b/reh (.3, .7) μ .5
+    assert close(adv, [0.5, -0.5, -0.5, 0.5, 0.0, -0.2, 0.0, 0.2])
+
+
+def test_scale_std_divides_by_the_unbiased_group_std():
+    # (1, 0, 0): μ 1/3, unbiased std sqrt(((2/3)² + 2(1/3)²)/2) = sqrt(1/3)
+    adv = rolewise_advantages([1.0, 0.0, 0.0, 0.2], ["x"] * 4, [A, A, A, R], scale_std=True)
+    s = (1 / 3) ** 0.5
+    assert close(adv, [(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.0], tol=1e-5)
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="one entry per output"):
+        rolewise_advantages([1.0, 0.0], ["x"], [A, A])
+    with pytest.raises(ValueError, match="roles"):
+        rolewise_advantages([1.0], ["x"], ["user"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows and weights
+# ---------------------------------------------------------------------------------------------
+def test_loss_weights_by_hand():
+    lengths = torch.tensor([2, 4, 3, 0])
+    trained = torch.tensor([True, True, False, True])
+    # trained non-empty outputs: lengths 2 and 4 → T = 6, M = 2
+    assert loss_weights(lengths, trained, "token_mean").tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert loss_weights(lengths, trained, "output_mean").tolist() == [1.5, 0.75, 0.0, 0.0]
+    # T and M across ranks: T = 12, M = 3 → 12/(3·2), 12/(3·4)
+    assert loss_weights(lengths, trained, "output_mean", 12, 3).tolist() == [2.0, 1.0, 0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qwen3_tokenizer()
+
+
+def make_traj(tok, task: Task, index: int, turns, reward, valid: bool = True) -> Trajectory:
+    """A packed trajectory from texts: turns = [(act_text, [rehearse_text, ...]), ...]."""
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    prompt = enc(f"<|im_start|>user\nsolve {task.id}<|im_end|>\n<|im_start|>assistant\n")
+    ids, mask, outputs, spans = list(prompt), [0] * len(prompt), [], []
+    for t, (act, rehearsals) in enumerate(turns):
+        a = enc(act) + [eot]
+        outputs.append(Output(A, t, list(ids), a, act, parse_kind="calls", empty=not act))
+        spans.append((len(ids), len(ids) + len(a)))
+        ids, mask = ids + a, mask + [1] * len(a)
+        for j, r in enumerate(rehearsals):
+            rp = enc(f"<|im_start|>system\nRehearse.<|im_end|>\n<|im_start|>user\n{act}"
+                     f"<|im_end|>\n<|im_start|>assistant\n")
+            outputs.append(Output(R, t, rp, enc(r) + [eot], r, call_index=j, parse_kind="ok"))
+        glue = enc("\n<|im_start|>user\n<tool_response>" + "|".join(rehearsals)
+                   + "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+        ids, mask = ids + glue, mask + [0] * len(glue)
+    return Trajectory(task, index, ids, mask, len(prompt), outputs, reward=reward,
+                      reward_valid=valid, act_spans=spans, turns=len(turns))
+
+
+def test_packed_rows_own_exactly_the_act_tokens(tok):
+    tr = make_traj(tok, task_("x"), 0, [("call a", ["res 1", "res 2"]), ("done", [])], 1.0)
+    packed, per_output = build_rows([tr]), build_rows([tr], "per_output")
+    assert packed.role == [0, 1, 1] and per_output.role == [0, 1, 1, 0]
+    acts = [o for o in tr.outputs if o.role == A]
+    owner = packed.owner[0]
+    assert [k for k in owner if k >= 0] == [0] * len(acts[0].ids) + [3] * len(acts[1].ids)
+    assert sum(len(c) for c in packed.completion_ids) < sum(
+        len(p) + len(c) for p, c in zip(per_output.prompt_ids, per_output.completion_ids))
+    assert output_lengths(packed, 4).tolist() == [len(o.ids) for o in tr.outputs]
+    batch = collate_rows(packed, torch.tensor([0.5, -1.0, 2.0, 0.25]), torch.ones(4),
+                         tok.pad_token_id, n_rows=4)
+    assert batch["row_role"].tolist() == [0, 1, 1, -1]
+    assert batch["advantages"].shape == batch["tool_mask"].shape
+    assert float(batch["tool_mask"][0].sum()) == len(acts[0].ids) + len(acts[1].ids)
+    assert float(batch["advantages"][0].sum()) == 0.5 * len(acts[0].ids) + 0.25 * len(acts[1].ids)
+    assert float(batch["tool_mask"][3].abs().sum()) == 0.0  # the padding row
+    bad = make_traj(tok, task_("x"), 0, [("call a", [])], 1.0)
+    bad.act_ids[bad.act_spans[0][0]] += 1
+    with pytest.raises(ValueError, match="verbatim"):
+        build_rows([bad])
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer on the tiny model
+# ---------------------------------------------------------------------------------------------
+TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
+        "model.intermediate_size": 64}
+
+
+def tiny_trainer(tmp_path, trajs_by_task, *, mode="shared", aggregation="output_mean", ga=1,
+                 lora_r=0, beta=0.0):
+    """A trainer whose rollouts are ``trajs_by_task`` ({task id: K trajectories})."""
+    tasks = [ts[0].task for ts in trajs_by_task.values()]
+    k = len(tasks and trajs_by_task[tasks[0].id])
+    cfg = get_config("smoke", {**TINY, "grpo.mode": mode, "grpo.aggregation": aggregation,
+                               "grpo.gradient_accumulation_steps": ga, "grpo.beta": beta,
+                               "grpo.num_generations": k, "grpo.prompts_per_step": len(tasks),
+                               "model.lora_r": lora_r, "model.lora_target_modules": ["q_proj"]})
+    model, tokenizer = load_policy(cfg, train=True)
+    trainer = RoleWiseGRPOTrainer(
+        model, tokenizer, tasks, cfg, grpo_args(cfg, tmp_path),
+        rollout_fn=lambda ts, k_, step: [tr for t in ts for tr in trajs_by_task[t.id]])
+    trainer.current_gradient_accumulation_steps = ga
+    inputs = [{"task_index": i} for i in range(len(tasks)) for _ in range(k)]
+    return trainer, model, inputs
+
+
+def flat_grad(model):
+    return torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel())
+                      for p in model.parameters() if p.requires_grad])
+
+
+def reference_grad(model, trajs, advantages, trained, aggregation):
+    """The loss of one row per output, by hand: plain forward, log-softmax, ratio exp(lp - lp.sg)."""
+    model.zero_grad()
+    flat = [o for tr in trajs for o in tr.outputs]
+    sums, counts = [], []
+    for o, a, ok in zip(flat, advantages.tolist(), trained.tolist()):
+        if not ok or not o.ids:
+            continue
+        ids = torch.tensor([o.prompt_ids + o.ids])
+        logits = model(input_ids=ids).logits[0, len(o.prompt_ids) - 1:-1].double()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(o.prompt_ids):, None])[:, 0]
+        loss = -a * torch.exp(logp - logp.detach())
+        sums.append(loss.sum())
+        counts.append(loss.numel())
+    if aggregation == "token_mean":
+        total = torch.stack(sums).sum() / sum(counts)
+    else:
+        total = torch.stack([s / c for s, c in zip(sums, counts)]).mean()
+    total.backward()
+    return flat_grad(model)
+
+
+@pytest.mark.parametrize("aggregation", ["output_mean", "token_mean"])
+def test_packed_rows_match_one_row_per_output_gradient(tok, tmp_path, aggregation):
+    x, y = task_("x"), task_("y")
+    trajs = {
+        "x": [make_traj(tok, x, 0, [("cd docs", ["ok"])], 1.0),
+            make_traj(tok, x, 1, [("ls", ["a b", "c"]), ("cat a", ["text of a"])], 0.25),
+            make_traj(tok, x, 2, [("mkdir t", ["done"]), ("mv a t", ["moved"]), ("", [])], 0.5)],
+        "y": [make_traj(tok, y, 0, [("pwd", ["/home"])], 0.75),
+            make_traj(tok, y, 1, [("rm b", ["removed"])], None, valid=False),  # judge failed
+            make_traj(tok, y, 2, [("echo hi", ["hi"])], 0.0)],
+    }
+    trainer, model, inputs = tiny_trainer(tmp_path, trajs, aggregation=aggregation, ga=2)
+    batch = trainer._generate_and_score_completions(inputs)
+    rec = trainer.last_record
+    # x: 2 + 4 + 3 rows; y: 2 + 2 + 2, less the 2 of the masked trajectory → 13, padded to 14
+    assert rec.rows == 13 and rec.pad_rows == 1
+    assert rec.advantages.abs().sum() > 0
+    model.zero_grad()
+    for chunk in split_tensor_dict(shuffle_sequence_dict(batch), 2):  # two accumulation steps
+        trainer.compute_loss(model, chunk).backward()
+    packed = flat_grad(model)
+    want = reference_grad(model, [t for ts in trajs.values() for t in ts], rec.advantages,
+                          rec.trained, aggregation)
+    assert want.norm() > 0
+    assert float((packed - want).abs().max() / want.norm()) < 1e-5
+
+
+def rehearse_only(batch):
+    """The REHEARSE rows of a trainer batch (a batch with no ACT row at all)."""
+    keep = batch["row_role"] == 1
+    n = batch["row_role"].shape[0]
+    sub = {k: (v[keep] if v.dim() > 0 and v.shape[0] == n else v) for k, v in batch.items()}
+    sub["num_items_act"] = torch.tensor(0.0)
+    return sub
+
+
+def one_step(trainer, model, batch):
+    trainer.create_optimizer()
+    model.zero_grad()
+    trainer.compute_loss(model, batch).backward()
+    trainer._clip_grad_norm(model)
+    trainer.optimizer.step()
+
+
+def two_trajs(tok):
+    x = task_("x")
+    return {"x": [make_traj(tok, x, 0, [("cd docs", ["ok", "fine"])], 1.0),
+                make_traj(tok, x, 1, [("ls", ["nothing here"])], 0.0)]}
+
+
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_per_role_rehearse_batch_leaves_the_act_policy_bitwise_unchanged(tok, tmp_path, lora_r):
+    trainer, model, inputs = tiny_trainer(tmp_path, two_trajs(tok), mode="per_role",
+                                          lora_r=lora_r)
+    batch = rehearse_only(trainer._generate_and_score_completions(inputs))
+    assert batch["row_role"].tolist() == [1, 1, 1] and batch["advantages"].abs().sum() > 0
+    act = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    reh = {n: p.detach().clone() for n, p in trainer.rehearse_model.named_parameters()
+           if p.requires_grad}
+    assert act.keys() == reh.keys() and all(torch.equal(act[n], reh[n]) for n in act)  # same init
+    one_step(trainer, model, batch)
+    assert all(torch.equal(p, act[n]) for n, p in model.named_parameters() if p.requires_grad)
+    assert any(not torch.equal(p, reh[n]) for n, p in trainer.rehearse_model.named_parameters()
+               if p.requires_grad)
+    assert trainer.role_grad_norms["act"] == 0.0 < trainer.role_grad_norms["rehearse"]
+
+
+def test_shared_rehearse_batch_changes_the_act_prompt_logits(tok, tmp_path):
+    trajs = two_trajs(tok)
+    trainer, model, inputs = tiny_trainer(tmp_path, trajs, beta=1e-4)
+    batch = rehearse_only(trainer._generate_and_score_completions(inputs))
+    act_prompt = torch.tensor([next(iter(trajs.values()))[0].act_ids])
+    with torch.no_grad():
+        before = model(input_ids=act_prompt).logits
+    one_step(trainer, model, batch)
+    with torch.no_grad():
+        after = model(input_ids=act_prompt).logits
+    assert float((after - before).abs().max()) > 0
