@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Optional
 
 import typer
 
@@ -46,7 +45,7 @@ def _parse_overrides(items: list[str]) -> dict:
 def eval_cmd(
     profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
     suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
-    limit: Optional[int] = typer.Option(None, help="tasks per suite (0 = all)"),
+    limit: int | None = typer.Option(None, help="tasks per suite (0 = all)"),
     split: str = typer.Option("test", help="task split"),
     seed: int = typer.Option(0, help="run seed"),
     checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the base policy"),
@@ -159,8 +158,8 @@ def data_card_cmd(
 @app.command("train")
 def train_cmd(
     profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
-    mode: Optional[str] = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
-    steps: Optional[int] = typer.Option(None, help="optimizer steps (default: the profile's)"),
+    mode: str | None = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
+    steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),

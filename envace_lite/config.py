@@ -194,7 +194,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     """Run bookkeeping."""
 
-    def finalize(self) -> "Config":
+    def finalize(self) -> Config:
         """Compute derived values and check consistency, in one place.
 
         Raises:
@@ -232,7 +232,7 @@ class Config:
         return path
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``)."""
         cfg = cls(profile=d.get("profile", "smoke"))
         flat = {f"{g}.{k}": v for g, sub in d.items() if isinstance(sub, dict) for k, v in sub.items()}

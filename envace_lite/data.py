@@ -264,5 +264,13 @@ def checklist_weights_ok(task: Task, tol: float = 1e-9) -> bool:
     return all(abs(sum(i.weight for i in turn) - 1.0) <= tol for turn in task.checklist)
 
 
-__all__ = ["build_task", "build_checklist", "key_values", "load_tasks", "data_card",
-           "write_data_card", "checklist_weights_ok", "normalize"]
+__all__ = [
+    "build_checklist",
+    "build_task",
+    "checklist_weights_ok",
+    "data_card",
+    "key_values",
+    "load_tasks",
+    "normalize",
+    "write_data_card",
+]

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from envace_lite.data import normalize
+from envace_lite.endpoints import EndpointError, chat_completion
 from envace_lite.progress import get_logger
 from envace_lite.types import ChecklistItem
 
@@ -188,7 +187,7 @@ class LLMJudge:
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None,
                  timeout: float = 60.0) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url
         self.model, self.api_key, self.timeout = model, api_key, timeout
 
     def messages(self, traj: Trajectory) -> tuple[list[dict[str, str]], int]:
@@ -203,17 +202,11 @@ class LLMJudge:
         return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}], n
 
     def _post(self, messages: list[dict[str, str]]) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0.0}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                data = json.loads(r.read().decode())
-            return str(data["choices"][0]["message"]["content"] or "")
-        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
-            raise JudgeError(f"judge endpoint {self.url} failed: {type(e).__name__}: {e}") from e
+            return chat_completion(self.base_url, self.model, messages, api_key=self.api_key,
+                                   timeout=self.timeout)
+        except EndpointError as e:
+            raise JudgeError(f"judge {e}") from e
 
     def __call__(self, traj: Trajectory) -> tuple[float, dict[str, Any]]:
         """``(R, details)`` for one trajectory.

@@ -119,7 +119,7 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Task":
+    def from_dict(cls, d: dict[str, Any]) -> Task:
         """Inverse of ``to_dict``."""
         d = dict(d)
         d["checklist"] = [[ChecklistItem(**it) for it in turn] for turn in d["checklist"]]

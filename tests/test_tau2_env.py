@@ -297,7 +297,7 @@ def test_openai_compatible_user_against_local_server():
     finally:
         srv.shutdown()
         srv.server_close()
-    with pytest.raises(RuntimeError, match="USER endpoint"):
+    with pytest.raises(RuntimeError, match="endpoint .* failed"):
         t2.OpenAICompatibleUser("http://127.0.0.1:9/v1", "m", timeout_s=2)([])
 
 

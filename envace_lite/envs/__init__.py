@@ -63,5 +63,13 @@ def make_env(suite: str, task_id: str, **kwargs) -> Env:
     return _module(suite).make(suite, task_id, **kwargs)
 
 
-__all__ = ["Env", "GoldTurn", "replay_gold", "list_tasks", "make_env", "SUITES",
-           "TAU2_SUITES", "BFCL_SUITES"]
+__all__ = [
+    "BFCL_SUITES",
+    "SUITES",
+    "TAU2_SUITES",
+    "Env",
+    "GoldTurn",
+    "list_tasks",
+    "make_env",
+    "replay_gold",
+]

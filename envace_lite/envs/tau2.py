@@ -33,8 +33,6 @@ import importlib
 import importlib.util
 import json
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -65,6 +63,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
         "deps (DESIGN §7). The PyPI package named `tau2` is unrelated; uninstall it."
     ) from e
 
+from envace_lite.endpoints import chat_completion
 from envace_lite.envs.base import Env, GoldTurn
 from envace_lite.types import Observation, ToolCall
 
@@ -234,24 +233,18 @@ class OpenAICompatibleUser:
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None,
                  temperature: float = 0.0, timeout_s: float = 120.0) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url
         self.model, self.api_key = model, api_key
         self.temperature, self.timeout_s = temperature, timeout_s
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
-        """Return the next user message (text) for ``messages``."""
-        body = json.dumps({"model": self.model, "messages": messages,
-                           "temperature": self.temperature}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                data = json.loads(r.read().decode())
-        except (urllib.error.URLError, OSError) as e:
-            raise RuntimeError(f"USER endpoint {self.url} failed: {e}; check base_url") from e
-        return data["choices"][0]["message"].get("content") or ""
+        """Return the next user message (text) for ``messages``.
+
+        Raises:
+            RuntimeError: (an ``EndpointError``) when the endpoint fails; check ``base_url``.
+        """
+        return chat_completion(self.base_url, self.model, messages, api_key=self.api_key,
+                               temperature=self.temperature, timeout=self.timeout_s)
 
 
 # ---------------------------------------------------------------------------------------------

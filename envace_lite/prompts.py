@@ -1,0 +1,421 @@
+"""Prompts and rendering for both roles: every string a model reads, in one place.
+
+- ACT: the task's system text (domain policy; an excerpt under the compact rendering), then the
+  tools rendered by the project in a Hermes-style block, then the call-format instructions
+  (``act_system_prompt``, ``act_messages``); tool results come back as one user message of
+  ``<tool_response>`` blocks (``tool_response_message``).
+- REHEARSE: its own prompt, rebuilt per call (paper §2.1; DESIGN §8): a validation-first system
+  instruction, then candidate tools, grounding (``<unavailable>`` at test time), the conversation
+  so far and the current call, trimmed to a token budget (``rehearse_messages``).
+
+Parsing of what the models write lives in ``protocol`` (which re-exports everything here).
+
+Usage::
+
+    from envace_lite import prompts
+    msgs = prompts.act_messages(task.messages, task.tools, "compact", 600, history)
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envace_lite.types import Observation, ToolCall
+
+# ---------------------------------------------------------------------------------------------
+# Prompts and tags: every string a model reads or writes, in one place
+# ---------------------------------------------------------------------------------------------
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+UNAVAILABLE = "<unavailable>"
+"""The grounding block at test time and when grounding is dropped (DESIGN §8 "Grounding")."""
+
+MAX_OUTPUT_CHARS = 50_000
+"""Outputs longer than this are not parsed (``ErrorCode.TOO_LONG``); generation caps keep real
+outputs far below it, so only a runaway reaches it."""
+COMPACT_DESC_CHARS = 100
+"""Compact rendering: cap of a tool's one-line description."""
+
+ACT_TOOLS_PROMPT = """# Tools
+
+You may call one or more functions to help with the user's request.
+
+The available functions are listed within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>{legend}
+
+For each function call, return a JSON object with the function name and arguments within \
+<tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>
+You may make several calls in one reply, one <tool_call> block each. When no call is needed, \
+answer the user in plain text, without any <tool_call> tag."""
+"""The tool block and call format of the ACT system prompt, after Qwen3's Hermes block (notes
+§2.1), plus the rule that a reply without a call is the final answer."""
+
+COMPACT_LEGEND = (
+    "\nEach line above reads name(param: type, optional_param?: type) - description; "
+    "parameters marked ? are optional."
+)
+"""Compact rendering only: how to read a signature line."""
+
+POLICY_TRUNCATED = "\n[... policy truncated ...]"
+"""Appended to the compact policy excerpt."""
+
+REHEARSE_SYSTEM = """You are the environment that executes tool calls for an AI agent. You get the \
+candidate tool schemas, reference calls with their real results (or <unavailable>), the \
+conversation so far and one current call. Do exactly this:
+
+1. First validate the current call against the candidate tools:
+   - the tool name must be one of the candidate tools;
+   - every required argument must be present, and no unknown argument may appear when the schema \
+forbids extra properties;
+   - every argument must have the right type;
+   - every value must be valid: allowed enum values and formats, and no identifier that the \
+reference results or the conversation show not to exist.
+2. If the call is invalid, return the error the real environment would return: a JSON object \
+{"error": "<short reason>"} for tools that return JSON, otherwise text starting with "Error:".
+3. Otherwise return the realistic result the real environment would return, consistent with the \
+reference results and the conversation, with the same fields and formats; JSON when the tool \
+returns JSON. If a reference call matches the current call, reuse its result.
+
+Write only the result, wrapped in <execution_result></execution_result> tags: no explanation, no \
+hints, no markdown."""
+"""REHEARSE's system instruction: validation first, then the result (DESIGN §1; notes §2.2)."""
+
+REHEARSE_USER = """## Candidate tools
+<tools>
+{tools}
+</tools>
+
+## Reference calls and real results for this task
+{grounding}
+
+## Conversation so far
+{history}
+
+## Current call
+{call}
+
+Validate the current call, then write its result inside <execution_result></execution_result> \
+tags."""
+"""REHEARSE's user message: the four sections of the reference prompt (notes §2.2 a, b, c, e)."""
+
+OMITTED = "[... {n} {what} omitted ...]"
+"""Marker left where REHEARSE trimming removed reference examples or history messages."""
+
+
+TOOL_TAG_LIKE = re.compile(r"<\s*/?\s*tool[_\- ]?calls?\b[^<>]*>", re.IGNORECASE)
+"""Anything that looks like a tool-call tag, in any case or spelling (used to refuse text that
+would be mistaken for a call)."""
+
+
+def strip_think(text: str) -> tuple[str, bool]:
+    """Remove reasoning from an output.
+
+    Rules: (1) a ``</think>`` before any ``<think>`` closes reasoning whose opening tag was in the
+    prompt (templates that prefill ``<think>``), so everything up to it is dropped; (2) every
+    ``<think>...</think>`` block is dropped; (3) leftover stray ``</think>`` tags are deleted; (4)
+    an unclosed ``<think>`` keeps only the text before it and reports False.
+
+    Returns:
+        ``(visible_text, closed)``; ``closed`` is False when a ``<think>`` never closes.
+    """
+    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+    if first_close != -1 and (first_open == -1 or first_close < first_open):
+        text = text[first_close + len(THINK_CLOSE):]
+    parts, pos = [], 0
+    while (i := text.find(THINK_OPEN, pos)) != -1:
+        parts.append(text[pos:i])
+        j = text.find(THINK_CLOSE, i + len(THINK_OPEN))
+        if j == -1:
+            return "".join(parts).replace(THINK_CLOSE, ""), False
+        pos = j + len(THINK_CLOSE)
+    parts.append(text[pos:])
+    return "".join(parts).replace(THINK_CLOSE, ""), True
+
+
+def function_of(tool: dict[str, Any]) -> dict[str, Any]:
+    """The ``function`` part of an OpenAI tool schema (bare function dicts are accepted too)."""
+    fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+    return fn if isinstance(fn, dict) else {}
+
+
+@dataclass
+class RehearsePrompt:
+    """The REHEARSE prompt of one call, after trimming.
+
+    Attributes:
+        messages: ``[system, user]``, plain chat messages.
+        fits: True when ``n_tokens <= budget``. When False everything trimmable was trimmed and
+            the caller decides (skip the call, end the episode, or let the model truncate).
+        n_tokens: ``count_tokens(system) + count_tokens(user)`` (content only, no template glue).
+        grounding_dropped: reference examples removed.
+        history_omitted: history messages removed.
+    """
+
+    messages: list[dict[str, str]]
+    fits: bool
+    n_tokens: int
+    grounding_dropped: int = 0
+    history_omitted: int = 0
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering: ACT
+# ---------------------------------------------------------------------------------------------
+
+def _check_rendering(rendering: str) -> None:
+    if rendering not in ("compact", "full"):
+        raise ValueError(f"rendering={rendering!r}: use 'compact' or 'full' (RolloutConfig)")
+
+
+def _type_str(schema: Any) -> str:
+    """A short type for a parameter schema: ``string``, ``string[]``, ``"a"|"b"``, ``int|null``."""
+    if not isinstance(schema, dict):
+        return "any"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and 0 < len(enum) <= 6:
+        return "|".join(json.dumps(v, ensure_ascii=False) for v in enum)
+    t = schema.get("type")
+    if isinstance(t, list):
+        return "|".join(map(str, t))
+    if t == "array":
+        items = schema.get("items")
+        return _type_str(items) + "[]" if isinstance(items, dict) else "array"
+    if t:
+        return str(t)
+    alts = schema.get("anyOf") or schema.get("oneOf")
+    return "|".join(_type_str(a) for a in alts) if isinstance(alts, list) else "any"
+
+
+def _first_sentence(desc: str) -> str:
+    """The first sentence (or line) of a description, capped at ``COMPACT_DESC_CHARS``."""
+    s = " ".join(str(desc or "").strip().split("\n", 1)[0].split())
+    m = re.search(r"[.!?](\s|$)", s)
+    s = s[: m.start() + 1] if m else s
+    return s if len(s) <= COMPACT_DESC_CHARS else s[: COMPACT_DESC_CHARS - 3].rstrip() + "..."
+
+
+def compact_signature(tool: dict[str, Any]) -> str:
+    """One line: ``name(param: type, opt?: type) - first sentence of the description``."""
+    fn = function_of(tool)
+    params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    required = set(params.get("required") or [])
+    args = ", ".join(f"{p}{'' if p in required else '?'}: {_type_str(s)}" for p, s in props.items())
+    desc = _first_sentence(fn.get("description", ""))
+    return f"{fn.get('name', '?')}({args})" + (f" - {desc}" if desc else "")
+
+
+def render_tools(tools: list[dict[str, Any]], rendering: str) -> str:
+    """The lines inside ``<tools>``: full JSON schemas (``full``) or signatures (``compact``).
+
+    Deterministic: tools in the given order, one line each (``full`` is ``json.dumps`` of each
+    schema as given, as Qwen3's template does; DESIGN §5 "compact task rendering").
+    """
+    _check_rendering(rendering)
+    if rendering == "full":
+        return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return "\n".join(compact_signature(t) for t in tools)
+
+
+def policy_excerpt(policy: str, policy_chars: int) -> str:
+    """The first ``policy_chars`` characters of a policy, cut at whitespace, with a marker."""
+    policy = policy.strip()
+    if policy_chars <= 0:
+        return ""
+    if len(policy) <= policy_chars:
+        return policy
+    head = policy[:policy_chars]
+    cut = max(head.rfind(" "), head.rfind("\n"))
+    head = head[:cut] if cut > policy_chars // 2 else head
+    return head.rstrip() + POLICY_TRUNCATED
+
+
+def act_system_prompt(task_system: str, tools: list[dict[str, Any]], rendering: str,
+                      policy_chars: int) -> str:
+    """The ACT system message: the task's system text (the domain policy), then the tool block.
+
+    ``compact`` keeps a ``policy_chars`` excerpt of the policy; ``full`` keeps all of it.
+    """
+    _check_rendering(rendering)
+    full = rendering == "full"
+    policy = task_system.strip() if full else policy_excerpt(task_system, policy_chars)
+    block = ACT_TOOLS_PROMPT.format(legend="" if full else COMPACT_LEGEND,
+                                    tools=render_tools(tools, rendering))
+    return f"{policy}\n\n{block}" if policy else block
+
+
+def call_json(call: ToolCall) -> str:
+    """The JSON body of a call inside ``<tool_call>`` tags."""
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def assistant_text(calls: list[ToolCall], text: str = "") -> str:
+    """The canonical text of an ACT output: ``text``, then one ``<tool_call>`` block per call.
+
+    ``parse_act(assistant_text(calls, text))`` gives back the names, arguments and stripped text.
+
+    Raises:
+        ValueError: if ``text`` holds a tag that would break that round trip.
+    """
+    if TOOL_TAG_LIKE.search(text) or THINK_OPEN in text or THINK_CLOSE in text:
+        raise ValueError("assistant_text: text must not contain <tool_call> or <think> tags")
+    parts = [text.strip()] if text.strip() else []
+    parts += [f"{CALL_OPEN}\n{call_json(c)}\n{CALL_CLOSE}" for c in calls]
+    return "\n".join(parts)
+
+
+def tool_response_message(observations: list[Observation]) -> dict[str, str]:
+    """One user message with a ``<tool_response>`` block per observation, in call order.
+
+    This is how Qwen3's template shows tool results; doing it ourselves gives every template the
+    same text (notes §3.3).
+    """
+    if not observations:
+        raise ValueError("tool_response_message needs at least one observation")
+    body = "\n".join(f"<tool_response>\n{o.content}\n</tool_response>" for o in observations)
+    return {"role": "user", "content": body}
+
+
+def act_messages(task_messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 rendering: str, policy_chars: int,
+                 history: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
+    """The ACT prompt messages: system (``act_system_prompt``), the task's other messages, history.
+
+    Args:
+        task_messages: ``Task.messages``; its system messages are joined into the policy text.
+        tools: the tool schemas shown (the compact subset is chosen upstream, in ``data.py``).
+        rendering: ``compact`` or ``full``.
+        policy_chars: compact only: characters of policy kept.
+        history: later messages (assistant replies, tool responses, user turns), in order.
+    """
+    system = "\n\n".join(m["content"] for m in task_messages if m["role"] == "system")
+    rest = [m for m in task_messages if m["role"] != "system"] + list(history or [])
+    for m in rest:
+        if m["role"] not in ("user", "assistant") or m.get("tool_calls"):
+            raise ValueError(
+                f"act_messages takes plain user/assistant messages, got {m['role']!r}: render "
+                "calls with assistant_text and results with tool_response_message")
+    sys_msg = {"role": "system",
+               "content": act_system_prompt(system, tools, rendering, policy_chars)}
+    return [sys_msg] + [{"role": m["role"], "content": m["content"]} for m in rest]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering: REHEARSE
+# ---------------------------------------------------------------------------------------------
+
+def rehearsal_text(obs_content: str) -> str:
+    """An observation wrapped as a REHEARSE output (SFT targets)."""
+    return f"{RESULT_OPEN}\n{obs_content.strip()}\n{RESULT_CLOSE}"
+
+
+def _as_call(c: Any) -> ToolCall:
+    return c if isinstance(c, ToolCall) else ToolCall(c.get("name", ""), c.get("arguments") or {})
+
+
+def _grounding_block(examples: list[dict[str, Any]] | None, dropped: int) -> str:
+    if examples is None:
+        return UNAVAILABLE
+    parts = []
+    for ex in examples:
+        obs = ex["observation"]
+        content = obs.content if isinstance(obs, Observation) else str(obs.get("content", ""))
+        parts.append(f"{CALL_OPEN}\n{call_json(_as_call(ex['call']))}\n{CALL_CLOSE}\n"
+                     f"{rehearsal_text(content)}")
+    if dropped:
+        parts.append(OMITTED.format(n=dropped, what="reference examples"))
+    return "\n\n".join(parts) if parts else "(no reference calls)"
+
+
+def _history_line(m: dict[str, Any]) -> str:
+    role, content = m.get("role", "user"), str(m.get("content") or "")
+    if role == "assistant":  # the environment never sees the agent's reasoning
+        content = strip_think(content)[0]
+    is_tool = role == "tool" or content.lstrip().startswith("<tool_response>")
+    label = "Tool" if is_tool else role.title()
+    return f"{label}: {content.strip()}"
+
+
+def _history_block(history: list[dict[str, Any]], omit: int) -> str:
+    if not history:
+        return "(empty)"
+    lines = [_history_line(m) for m in history]
+    if omit:
+        lines = lines[:1] + [OMITTED.format(n=omit, what="messages")] + lines[1 + omit:]
+    return "\n".join(lines)
+
+
+def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any]] | None,
+                      history: list[dict[str, Any]], call: ToolCall,
+                      count_tokens: Callable[[str], int], budget: int,
+                      rendering: str) -> RehearsePrompt:
+    """Build the REHEARSE prompt for one call, trimmed to ``budget`` tokens (DESIGN §8).
+
+    Trimming order: (1) reference examples of other tools, last first; (2) reference examples of
+    ``call``'s tool, last first; (3) the oldest history messages after the first one, replaced by
+    a marker, so the first message (the request) and the latest ones survive. The system
+    instruction, the tool list and the current call are never trimmed. If the prompt still does
+    not fit, it is returned with ``fits=False``.
+
+    Args:
+        tools: candidate tool schemas (rendered with ``rendering``).
+        grounding: ``[{"call": ToolCall | dict, "observation": Observation | dict}]`` from real
+            executions of gold calls, or None for the literal ``<unavailable>``.
+        history: the ACT conversation so far as plain messages, without the system prompt, usually
+            ending with the ACT reply that holds ``call``; assistant reasoning is stripped.
+        call: the call to rehearse; its full schema (when known) is shown with it.
+        count_tokens: text -> token count (the tokenizer's; tests use a word count).
+        budget: the token budget of system + user content.
+        rendering: ``compact`` or ``full``.
+
+    Returns:
+        A ``RehearsePrompt``.
+    """
+    tools_block = render_tools(tools, rendering)
+    schema = next((f for f in map(function_of, tools) if f.get("name") == call.name), None)
+    call_block = f"{CALL_OPEN}\n{call_json(call)}\n{CALL_CLOSE}\n" + (
+        f"Schema of {call.name}: {json.dumps(schema, ensure_ascii=False)}" if schema
+        else f"{call.name!r} is not among the candidate tools.")
+    examples = list(grounding) if grounding is not None else None
+    n_sys = count_tokens(REHEARSE_SYSTEM)
+
+    def build(kept: list[dict[str, Any]] | None, dropped: int, omit: int) -> tuple[list, int]:
+        user = REHEARSE_USER.format(tools=tools_block, grounding=_grounding_block(kept, dropped),
+                                    history=_history_block(history, omit), call=call_block)
+        msgs = [{"role": "system", "content": REHEARSE_SYSTEM}, {"role": "user", "content": user}]
+        return msgs, n_sys + count_tokens(user)
+
+    msgs, n = build(examples, 0, 0)
+    kept, dropped = examples, 0
+    if n > budget and examples:
+        same = [i for i, ex in enumerate(examples) if _as_call(ex["call"]).name == call.name]
+        order = [i for i in range(len(examples)) if i not in same][::-1] + same[::-1]
+        while n > budget and dropped < len(order):
+            dropped += 1
+            gone = set(order[:dropped])
+            kept = [ex for i, ex in enumerate(examples) if i not in gone]
+            msgs, n = build(kept, dropped, 0)
+    omit = 0
+    if n > budget and len(history) > 2:
+        # binary search for the fewest omitted messages that fit (tokens fall as omit grows)
+        lo, hi = 1, len(history) - 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if build(kept, dropped, mid)[1] <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        omit = lo
+        msgs, n = build(kept, dropped, omit)
+    return RehearsePrompt(msgs, n <= budget, n, dropped, omit)
