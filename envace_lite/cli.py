@@ -3,10 +3,13 @@
 Commands::
 
     envace-lite eval --profile laptop --suite tau2-telecom --suite bfcl-base --limit 3
+    envace-lite eval --profile laptop --suite bfcl-base --rehearsal parallel --n 2 --out DIR
+    envace-lite fidelity --profile laptop --suite tau2-telecom --suite bfcl-base --limit 3
     envace-lite check-benchmarks --suite bfcl-base --split all --json
     envace-lite data build --suite tau2-telecom        # derived tasks into the cache
     envace-lite data card                              # data/card.json
     envace-lite train --profile smoke --mode shared --steps 3
+    envace-lite warmstart --profile micro              # SFT on real two-role transcripts
 
 Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
 """
@@ -43,36 +46,119 @@ def _parse_overrides(items: list[str]) -> dict:
 
 @app.command("eval")
 def eval_cmd(
-    profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
     limit: int | None = typer.Option(None, help="tasks per suite (0 = all)"),
     split: str = typer.Option("test", help="task split"),
     seed: int = typer.Option(0, help="run seed"),
-    checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the base policy"),
+    checkpoint: str = typer.Option("", help="the acting policy: a checkpoint folder, or '' for "
+                                   "the profile's model"),
+    rehearsal: str = typer.Option("none", help="none | parallel | sequential (paper §2.3)"),
+    n: int | None = typer.Option(None, help="N, rehearsals per user turn (default: profile's)"),
+    rehearsal_checkpoint: str = typer.Option(
+        "", help="who rehearses: '' (the acting policy), 'base', or a checkpoint folder"),
+    repeats: int | None = typer.Option(None, help="repeats per task (Avg@k)"),
+    decoding: str | None = typer.Option(None, help="greedy | sample (0.6 / 0.95)"),
+    write_gate: bool = typer.Option(False, help="refuse unseen-id / bad-schema writes"),
+    sweep: bool = typer.Option(False, help="budget sweep N=1,2,3 x both modes (+ Non-TTS); "
+                               "writes sweep.json and sweep.png"),
+    user_url: str = typer.Option("", help="USER endpoint for tau2-retail/airline (OpenAI API)"),
+    user_model: str = typer.Option("", help="model name at --user-url"),
+    out: str = typer.Option("", help="results folder; a rerun into it skips finished rows "
+                            "('' = a new runs/eval/<profile>__s<seed>__<time>/)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
-    """Committed execution of the policy on real benchmark tasks; prints and saves a table."""
-    from envace_lite.evaluate import evaluate_suites, format_table, write_results
-    from envace_lite.generation import HFGenerator
-    from envace_lite.models import load_policy
+    """Committed execution, optionally after private rehearsal; writes results.jsonl,
+    summary.json and results.md, and prints the per-task table and the Table 3-shaped summary."""
+    from pathlib import Path
+
+    from envace_lite.evaluate import (
+        as_policy,
+        budget_sweep,
+        evaluate,
+        format_table,
+        read_rows,
+        summarize_runs,
+        table3,
+        write_summary,
+    )
     from envace_lite.paths import new_run_dir
 
-    overrides = {"run.seed": seed, "eval.split": split, **_parse_overrides(set_)}
-    if limit is not None:
-        overrides["eval.limit"] = limit
+    overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
+                 **_parse_overrides(set_)}
+    for key, value in (("eval.limit", limit), ("eval.repeats", repeats), ("rehearsal.n", n),
+                       ("eval.decoding", decoding)):
+        if value is not None:
+            overrides[key] = value
+    if checkpoint:
+        overrides["model.checkpoint"] = checkpoint
+    if rehearsal_checkpoint:
+        overrides["rehearsal.policy"] = rehearsal_checkpoint
+    if write_gate:
+        overrides["rehearsal.write_gate"] = True
+    if user_url:
+        overrides.update({"eval.user_url": user_url, "eval.user_model": user_model})
+    cfg = get_config(profile, overrides)
+    run_dir = Path(out) if out else new_run_dir("eval", profile, seed, cfg.run.runs_root)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.save(run_dir)
+    start = time.perf_counter()
+    suites = suite or cfg.eval.suites
+    if sweep:
+        from envace_lite.plotting import plot_budget_sweep
+
+        points = budget_sweep(as_policy("", cfg, seed), suites, cfg=cfg, out=run_dir, seed=seed)
+        (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
+        plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
+    else:
+        mode = cfg.rehearsal.mode
+        evaluate("", suites, None if mode == "none" else mode, cfg=cfg, out=run_dir, seed=seed)
+    rows = read_rows(run_dir / "results.jsonl")
+    write_summary(run_dir, rows)
+    typer.echo(format_table(rows))
+    typer.echo("\n" + table3(summarize_runs(rows)))
+    typer.echo(f"\nwall time {time.perf_counter() - start:.1f} s; results in {run_dir}")
+
+
+@app.command("fidelity")
+def fidelity_cmd(
+    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
+    limit: int = typer.Option(3, help="tasks per suite (test split; train for the upper bound)"),
+    source: list[str] = typer.Option(["gold", "policy"], help="gold and/or policy pairs"),
+    upper_bound: bool = typer.Option(True, help="also the grounded upper bound (train pairs)"),
+    checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the profile's model"),
+    seed: int = typer.Option(0, help="run seed"),
+    out: str = typer.Option("", help="output folder ('' = runs/fidelity/<profile>__s<seed>__"
+                            "<time>/)"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """The rehearsal fidelity audit: REHEARSE's ô_t vs the real o_t on held-out pairs; writes
+    fidelity.json and fidelity.png."""
+    from pathlib import Path
+
+    from envace_lite.evaluate import as_policy
+    from envace_lite.fidelity import audit
+    from envace_lite.paths import new_run_dir
+
+    overrides = {"run.seed": seed, **_parse_overrides(set_)}
     if checkpoint:
         overrides["model.checkpoint"] = checkpoint
     cfg = get_config(profile, overrides)
-    run_dir = new_run_dir("eval", profile, seed, cfg.run.runs_root)
+    run_dir = Path(out) if out else new_run_dir("fidelity", profile, seed, cfg.run.runs_root)
+    run_dir.mkdir(parents=True, exist_ok=True)
     cfg.save(run_dir)
     start = time.perf_counter()
-    model, tokenizer = load_policy(cfg)
-    log.info("loaded %s in %.1f s", cfg.model.name, time.perf_counter() - start)
-    generator = HFGenerator(model, tokenizer, seed=seed)
-    rows = evaluate_suites(generator, tokenizer, cfg, suite or None)
-    _, md = write_results(run_dir, rows)
-    typer.echo(format_table(rows))
-    typer.echo(f"\nwall time {time.perf_counter() - start:.1f} s; results in {md.parent}")
+    policy = as_policy("", cfg, seed)
+    report = audit((policy.generator, policy.tokenizer), list(suite), cfg, limit=limit,
+                   sources=tuple(source), upper_bound=upper_bound, out=run_dir)
+    held, ub = report["held_out"]["overall"], report["grounded_upper_bound"]
+    typer.echo(json.dumps({"held_out": {k: v for k, v in held.items() if k != "confusion"},
+                           "confusion": held["confusion"],
+                           "grounded_upper_bound": ub and {"label": ub["label"],
+                                                           **ub["overall"]},
+                           "replay_mismatches": report["replay_mismatches"]}, indent=1))
+    typer.echo(f"wall time {time.perf_counter() - start:.1f} s; report in {run_dir}")
 
 
 @app.command("check-benchmarks")
@@ -157,7 +243,7 @@ def data_card_cmd(
 
 @app.command("train")
 def train_cmd(
-    profile: str = typer.Option("laptop", help="smoke | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     mode: str | None = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
     steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
@@ -177,6 +263,29 @@ def train_cmd(
     out = train(cfg, run_dir or None)
     typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
                f"{time.perf_counter() - start:.1f} s; run in {out}")
+
+
+@app.command("warmstart")
+def warmstart_cmd(
+    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    seed: int = typer.Option(0, help="run seed"),
+    run_dir: str = typer.Option("", help="run dir ('' = runs/warmstart/<profile>__s<seed>__<time>)"),
+    measure: bool = typer.Option(True, help="held-out first-turn call rates before and after"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
+    from envace_lite.sft import CHECKPOINT, warmstart
+
+    cfg = get_config(profile, {"run.seed": seed, **_parse_overrides(set_)})
+    start = time.perf_counter()
+    out = warmstart(cfg, run_dir or None, measure=measure)
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("first_turn_before", "first_turn_after"):
+        if key in summary:
+            rates = {k: v for k, v in summary[key].items() if k != "samples"}
+            typer.echo(f"{key}: {json.dumps(rates)}")
+    typer.echo(f"warm start in {time.perf_counter() - start:.1f} s; "
+               f"checkpoint: --set model.checkpoint={out / CHECKPOINT}")
 
 
 if __name__ == "__main__":

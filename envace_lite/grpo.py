@@ -31,8 +31,11 @@ observations from the real environment).
 
 Usage::
 
+    envace-lite train --profile smoke --mode shared --steps 3      # through envace_lite.train
+
+    from envace_lite.config import get_config
     from envace_lite.train import train
-    run_dir = train(get_config("smoke", {"grpo.mode": "shared"}))
+    run_dir = train(get_config("smoke", {"grpo.mode": "per_role"}))
 """
 from __future__ import annotations
 
@@ -43,9 +46,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
@@ -163,7 +168,7 @@ class Rows:
         self.owner.append(owner)
         self.role.append(ROLES.index(role))
 
-    def trained_only(self, trained: torch.Tensor) -> "Rows":
+    def trained_only(self, trained: torch.Tensor) -> Rows:
         """The rows that own at least one trained output (a masked trajectory costs nothing)."""
         keep = [b for b, owner in enumerate(self.owner) if any(k >= 0 and trained[k] for k in owner)]
         return Rows([self.prompt_ids[b] for b in keep], [self.completion_ids[b] for b in keep],
@@ -386,11 +391,9 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         if peft and needs_frozen and _adapter_trained(model):
             # a warm-start adapter: the frozen initial policy is a copy of it, not the bare base
             model.add_adapter("ref", model.peft_config["default"])
-            ref = {n.replace(".default.", ".ref."): p for n, p in model.named_parameters()
-                   if ".default." in n}
             for name, param in model.named_parameters():
-                if name in ref:
-                    param.data.copy_(ref[name].data)
+                if ".ref." in name:
+                    param.data.copy_(model.get_parameter(name.replace(".ref.", ".default.")))
             model.set_adapter("default")
         # Copies are taken before TRL patches the policy's forward (a patched forward would be
         # deep-copied still bound to the original model).
@@ -417,6 +420,11 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
                 add_fused_lm_head(extra.get_base_model() if _is_peft(extra) else extra,
                                   temperature=self.temperature, outputs=("log_probs", "entropy"))
         if self.rehearse_model is not None:
+            if self.args.gradient_checkpointing:  # as HF's Trainer does for the policy
+                self.rehearse_model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
+                if _is_peft(self.rehearse_model):
+                    self.rehearse_model.enable_input_require_grads()
             self.rehearse_model = self.accelerator.prepare_model(self.rehearse_model)
 
     # ---- rollout ----------------------------------------------------------------------------
@@ -584,10 +592,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     # ---- per_role checkpoints: the REHEARSE policy's trainable tensors ----------------------
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         if self.rehearse_model is not None and self.args.should_save:
-            from pathlib import Path
-
-            from safetensors.torch import save_file
-
             folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
             # written before TRL's files: trainer_state.json, written last, marks a complete one
@@ -598,10 +602,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         if self.rehearse_model is not None:
-            from pathlib import Path
-
-            from safetensors.torch import load_file
-
             state = load_file(Path(resume_from_checkpoint) / REHEARSE_WEIGHTS)
             params = dict(self.accelerator.unwrap_model(self.rehearse_model).named_parameters())
             with torch.no_grad():

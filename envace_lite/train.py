@@ -40,7 +40,7 @@ from transformers import TrainerCallback
 
 from envace_lite.config import Config, get_config
 from envace_lite.paths import new_run_dir
-from envace_lite.progress import get_logger, progress
+from envace_lite.progress import get_logger, is_rank0, progress
 from envace_lite.types import ROLES
 
 log = get_logger(__name__)
@@ -250,6 +250,19 @@ def last_checkpoint(run_dir: str | Path, clean: bool = False) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
+def _warn_if_config_changed(run_dir: Path, cfg: Config) -> None:
+    """Resuming under another config (other than a longer ``grpo.steps``) is allowed, but said."""
+    path = run_dir / "config.json"
+    if not path.exists():
+        return
+    old, new = json.loads(path.read_text()), cfg.to_dict()
+    diffs = [f"{g}.{k}: {old.get(g, {}).get(k)!r} -> {v!r}" for g, sub in new.items()
+             if isinstance(sub, dict) for k, v in sub.items()
+             if old.get(g, {}).get(k) != v and (g, k) != ("grpo", "steps")]
+    if diffs:
+        log.warning("%s was written under another config: %s", run_dir, "; ".join(diffs))
+
+
 def load_train_tasks(cfg: Config) -> list[Any]:
     """The train split of every suite in ``grpo.suites``, in the config's rendering."""
     from envace_lite.data import load_tasks
@@ -264,9 +277,13 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
           generator: Any = None, tasks: list[Any] | None = None) -> Path:
     """Train the policy with role-wise GRPO and return the run dir.
 
+    Under ``torchrun`` every rank calls it with the same ``run_dir``; metrics rows are rank 0's
+    (its share of the step's rollouts; the loss and ``grad_norm`` are global).
+
     Args:
         config: a finalized ``Config`` or a profile name.
-        run_dir: where to write; a new ``runs/train/<profile>__s<seed>__<time>/`` when None.
+        run_dir: where to write; a new ``runs/train/<profile>__s<seed>__<time>/`` when None
+            (pass one explicitly under ``torchrun``).
         resume: continue from the run dir's last complete checkpoint, if any. False refuses a run
             dir that already holds checkpoints.
         generator: replaces the policy's generator in rollouts (e.g. a ``ScriptedGenerator``);
@@ -288,13 +305,15 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
         run_dir = new_run_dir("train", cfg.profile, cfg.run.seed, cfg.run.runs_root)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    last = last_checkpoint(run_dir, clean=resume)
+    last = last_checkpoint(run_dir, clean=resume and is_rank0())
     if last is not None and not resume:
         raise FileExistsError(f"{run_dir} already holds {last.name}: pass resume=True to "
                               "continue it, or a fresh run_dir")
     done = _step_of(last) if last is not None else 0
-    trim_metrics(run_dir, done)
-    cfg.save(run_dir)
+    if is_rank0():  # under torchrun every rank gets here with the same run_dir
+        trim_metrics(run_dir, done)
+        _warn_if_config_changed(run_dir, cfg)
+        cfg.save(run_dir)
     if done >= cfg.grpo.steps:
         log.info("%s is complete (%d/%d steps)", run_dir, done, cfg.grpo.steps)
         return run_dir

@@ -11,8 +11,15 @@ import torch
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 from envace_lite.config import get_config
-from envace_lite.grpo import (RoleWiseGRPOTrainer, build_rows, collate_rows, flatten_outputs,
-                              loss_weights, output_lengths, rolewise_advantages)
+from envace_lite.grpo import (
+    RoleWiseGRPOTrainer,
+    build_rows,
+    collate_rows,
+    flatten_outputs,
+    loss_weights,
+    output_lengths,
+    rolewise_advantages,
+)
 from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.rollout import Output, Trajectory
 from envace_lite.train import grpo_args
@@ -130,7 +137,7 @@ def tok():
 def make_traj(tok, task: Task, index: int, turns, reward, valid: bool = True) -> Trajectory:
     """A packed trajectory from texts: turns = [(act_text, [rehearse_text, ...]), ...]."""
     eot = tok.convert_tokens_to_ids("<|im_end|>")
-    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    enc = lambda s: tok.encode(s, add_special_tokens=False)
     prompt = enc(f"<|im_start|>user\nsolve {task.id}<|im_end|>\n<|im_start|>assistant\n")
     ids, mask, outputs, spans = list(prompt), [0] * len(prompt), [], []
     for t, (act, rehearsals) in enumerate(turns):
@@ -302,3 +309,19 @@ def test_shared_rehearse_batch_changes_the_act_prompt_logits(tok, tmp_path):
     with torch.no_grad():
         after = model(input_ids=act_prompt).logits
     assert float((after - before).abs().max()) > 0
+
+
+def test_per_role_checkpoint_restores_the_rehearse_policy(tok, tmp_path):
+    trainer, model, _ = tiny_trainer(tmp_path / "a", two_trajs(tok), mode="per_role", lora_r=4)
+    trainer.create_optimizer_and_scheduler(num_training_steps=1)
+    trained = [p for p in trainer.rehearse_model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        for p in trained:
+            p.add_(0.5)
+    trainer.state.global_step = 1
+    trainer._save_checkpoint(model, None)
+    fresh, _, _ = tiny_trainer(tmp_path / "b", two_trajs(tok), mode="per_role", lora_r=4)
+    again = [p for p in fresh.rehearse_model.parameters() if p.requires_grad]
+    assert not any(torch.equal(a, b) for a, b in zip(trained, again))
+    fresh._load_from_checkpoint(str(tmp_path / "a" / "checkpoint-1"))
+    assert all(torch.equal(a, b) for a, b in zip(trained, again))

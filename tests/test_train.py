@@ -25,12 +25,13 @@ from envace_lite.data import load_tasks
 from envace_lite.generation import ScriptedGenerator
 from envace_lite.grpo import REHEARSE_WEIGHTS
 from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.train import (SIGTERM_EXIT, last_checkpoint, read_metrics, train,
-                               trim_metrics)
+from envace_lite.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
 from envace_lite.types import ToolCall
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64}
+SHORT = {**TINY, "rollout.max_new_tokens_act": 8, "rollout.max_new_tokens_rehearse": 8}
+"""The real tiny model's outputs are noise: 8 tokens of it are as good a test as 32."""
 GOOD = protocol.assistant_text([ToolCall("cd", {"folder": "document"})])
 BAD = protocol.assistant_text([ToolCall("cd", {"folder": "nowhere"})])
 RESULT = protocol.rehearsal_text('{"current_working_directory": "document"}')
@@ -121,7 +122,7 @@ def test_metrics_trim_and_incomplete_checkpoints(tmp_path):
 
 def test_sigterm_then_resume_gives_each_step_once(tmp_path):
     """The real tiny model through the real rollout engine, parser and BFCL tasks, via the CLI."""
-    sets = [f"--set={k}={v}" for k, v in TINY.items()]
+    sets = [f"--set={k}={v}" for k, v in SHORT.items()]
     cmd = [sys.executable, "-m", "envace_lite.cli", "train", "--profile", "smoke", "--steps", "4",
            "--run-dir", str(tmp_path), *sets]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -136,7 +137,7 @@ def test_sigterm_then_resume_gives_each_step_once(tmp_path):
     assert proc.returncode == SIGTERM_EXIT, out[-3000:]
     stopped = len(read_metrics(tmp_path))
     assert stopped in (2, 3) and last_checkpoint(tmp_path).name == f"checkpoint-{stopped}"
-    cfg = get_config("smoke", {**TINY, "grpo.steps": 4})
+    cfg = get_config("smoke", {**SHORT, "grpo.steps": 4})
     assert train(cfg, tmp_path) == tmp_path
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -148,7 +149,7 @@ def test_sigterm_then_resume_gives_each_step_once(tmp_path):
 
 def test_end_to_end_real_model_real_env(tmp_path):
     """act_only_real: the tiny model acts, the real BFCL adapter answers; one step."""
-    cfg = get_config("smoke", {**TINY, "grpo.mode": "act_only_real", "grpo.steps": 1,
+    cfg = get_config("smoke", {**SHORT, "grpo.mode": "act_only_real", "grpo.steps": 1,
                                "grpo.beta": 0.0})
     run = train(cfg, tmp_path, tasks=load_tasks("bfcl-base", "train")[:2])
     [row] = read_metrics(run)

@@ -1,0 +1,351 @@
+"""Committed execution in the real environment, with optional rehearsal and write gate.
+
+A *committed execution* is one episode in which every ACT output is executed for real
+(``Env.step``) and the benchmark's own evaluator scores the result. Without rehearsal it is the
+paper's Non-TTS evaluation; with it, it is the single real run of paper §2.3: at each new user
+message the policy first rehearses privately (``rehearsal.rehearse_turns``), then ACT continues
+in the real adapter with the memory m_x in its context.
+
+Episodes of all tasks advance **turn-synchronously**: the episodes that just got a user message
+rehearse together (one batch per rehearsal step), then the ACT prompts of every live episode go to
+the generator in one batch (batched generation is about 8x faster on CPU, DESIGN §5), and each
+reply is parsed and executed:
+
+- tool calls → ``env.step`` → one user-role ``<tool_response>`` message joins the history;
+- a text reply (or a reply that fails to parse, as BFCL's decoder failure does) → ``env.end_turn``;
+  the next scripted user message joins the history, or the episode ends;
+- it also ends on the turn limit, the context budget, or a terminal tool (telecom ``done``).
+
+**Write gate** (optional; DESIGN §2, beyond the paper): a state-changing call is refused when it
+fails its tool's JSON schema, or when one of its identifier arguments (``IDENTIFIER_KEY``) has a
+value that does not occur verbatim in a user message or a real non-error observation of this
+episode (never the memory: imagined ids are exactly what the gate stops). The calls of one reply
+are judged against what was seen before that reply. A refused call is not executed; ACT gets
+``prompts.GATE_REFUSAL`` as an error observation, and ``gated_calls`` counts it.
+
+Usage::
+
+    from envace_lite.commit import Episode, WriteGate, run_committed
+    env = make_env("tau2-retail-ticket", "17")
+    msgs = env.reset()
+    rows = run_committed(gen, tok, [Episode(env.suite, "17", 0, env, msgs, gate=WriteGate(msgs))],
+                         cfg, rehearsal="sequential", n=2)
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace_lite import prompts, protocol
+from envace_lite.config import Config
+from envace_lite.envs import Env
+from envace_lite.generation import Generator, chat_ids
+from envace_lite.progress import get_logger, progress
+from envace_lite.rehearsal import DECODING, MODES, TurnRehearsal, rehearse_turns
+from envace_lite.types import Observation, ToolCall
+
+log = get_logger(__name__)
+
+IDENTIFIER_KEY = re.compile(
+    r"(?:^|_)(?:id|ids|token|symbol|number|name|names|path|source|destination)$"
+    r"|[a-z0-9](?:Id|Ids|ID|Name|Token|Number)$")
+"""Argument names (at any nesting level) whose values the write gate treats as identifiers:
+``order_id``, ``user_ids``, ``access_token``, ``flight_number``, ``file_name``, ``source``, ..."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The write gate (DESIGN §2)
+# ---------------------------------------------------------------------------------------------
+
+def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
+    """``(argument name, value)`` for every identifier value in ``arguments``.
+
+    A value is an identifier when its nearest key matches ``IDENTIFIER_KEY``; strings (non-blank)
+    and integers count, inside lists and nested objects too. Booleans, floats and nulls never do.
+    """
+    out: list[tuple[str, str]] = []
+    if isinstance(arguments, dict):
+        for k, v in arguments.items():
+            out += identifiers(v, str(k))
+    elif isinstance(arguments, list):
+        for v in arguments:
+            out += identifiers(v, key)
+    elif key and IDENTIFIER_KEY.search(key):
+        if isinstance(arguments, str) and arguments.strip():
+            out.append((key, arguments.strip()))
+        elif isinstance(arguments, int) and not isinstance(arguments, bool):
+            out.append((key, str(arguments)))
+    return out
+
+
+class WriteGate:
+    """Refuses hallucinated or malformed writes during committed execution (DESIGN §2).
+
+    Args:
+        messages: the episode's initial messages (their user messages are seen).
+    """
+
+    def __init__(self, messages: list[dict[str, Any]] = ()) -> None:
+        self._seen: list[str] = []
+        self.see_messages(messages)
+
+    def see_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Record the user messages among ``messages``."""
+        self._seen += [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+
+    def see_observations(self, observations: list[Observation]) -> None:
+        """Record real observations; error observations are not sources of identifiers."""
+        self._seen += [o.content for o in observations if not o.error]
+
+    def check(self, call: ToolCall, env: Env, tools: list[dict[str, Any]]) -> str | None:
+        """Why ``call`` is refused, or None when it may run.
+
+        Only state-changing calls (``env.is_state_changing``) are judged: a schema failure
+        (``protocol.check_call`` against ``tools``), then each identifier value must occur
+        verbatim in a user message or a real non-error observation seen so far.
+        """
+        if not env.is_state_changing(call.name):
+            return None
+        problems = protocol.check_call(call.name, call.arguments, tools)
+        if problems:
+            return f"{call.name} fails its schema ({problems[0]})"
+        seen = "\n".join(self._seen)
+        for key, value in identifiers(call.arguments):
+            if value not in seen:
+                return (f"{call.name}: {key}={value!r} never appeared in a user message or a real "
+                        "tool result of this conversation")
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Committed execution
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Episode:
+    """One live committed execution in a real env (the state of ``run_committed``).
+
+    Attributes:
+        suite, task_id, repeat: what is run.
+        env: the real adapter, already ``reset``.
+        messages: ``env.reset()``'s messages (system first).
+        history: later messages: ACT replies, tool responses, user turns, memory messages.
+        gate: a ``WriteGate`` when the gate is on.
+        events: what reached the env, for replays (fidelity audit): ``{"kind": "step", "calls",
+            "observations", "history_len"}`` (``history_len``: the history length right after
+            the ACT reply) and ``{"kind": "end_turn", "text"}``.
+        rehearsals: one ``TurnRehearsal`` per rehearsed user turn.
+        memories: m_x text per rehearsed user turn ("" when empty).
+        The counters are the row's keys (``run_committed``).
+    """
+
+    suite: str
+    task_id: str
+    repeat: int
+    env: Env
+    messages: list[dict[str, Any]]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    gate: WriteGate | None = None
+    turns: int = 0
+    user_turns: int = 1
+    tool_calls: int = 0
+    violations: int = 0
+    parse_errors: int = 0
+    gated_calls: int = 0
+    stop_reason: str = ""
+    needs_rehearsal: bool = True
+    rehearsals: list[TurnRehearsal] = field(default_factory=list)
+    memories: list[str] = field(default_factory=list)
+    rehearsal_real_calls: int = 0
+    rehearsal_tokens: int = 0
+    rehearse_outputs: int = 0
+    memory_tokens: int = 0
+    feedback_parse_errors: int = 0
+    empty_memories: int = 0
+    truncated_memories: int = 0
+    rehearsal_seconds: float = 0.0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0
+
+    @property
+    def live(self) -> bool:
+        return not self.stop_reason
+
+
+def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Observation]:
+    """``env.step`` the calls the gate lets through; refused ones get an error observation."""
+    terminal = ep.env.terminal_tools
+    reasons = [ep.gate.check(c, ep.env, tools) if ep.gate is not None and c.name not in terminal
+               else None for c in calls]
+    allowed = [c for c, r in zip(calls, reasons) if r is None]
+    real = iter(ep.env.step(allowed) if allowed else [])
+    observations = [next(real) if r is None else
+                    Observation(prompts.GATE_REFUSAL.format(reason=r), error=True) for r in reasons]
+    ep.gated_calls += sum(r is not None for r in reasons)
+    executed = [o for o, r in zip(observations, reasons) if r is None]
+    if allowed:
+        ep.events.append({"kind": "step", "calls": [c.to_dict() for c in allowed],
+                          "observations": [o.to_dict() for o in executed],
+                          "history_len": len(ep.history)})
+    if ep.gate is not None:
+        ep.gate.see_observations(executed)
+    return observations
+
+
+def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
+    """Apply one ACT output to a live episode (execute calls or close the user turn)."""
+    tools = ep.env.tool_schemas()
+    parsed = protocol.parse_act(text, tools)
+    ep.turns += 1
+    ep.history.append({"role": "assistant", "content": text})
+    if parsed.kind == "calls":
+        ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in parsed.calls)
+        ep.violations += sum(1 for c in parsed.calls if c.violations)
+        observations = _execute(ep, parsed.calls, tools)
+        if ep.env.done:
+            ep.stop_reason = "terminal_tool"
+            return
+        ep.history.append(protocol.tool_response_message(observations))
+    else:
+        if parsed.kind == "error":
+            ep.parse_errors += 1
+            log.info("%s: parse error %s (%s); treated as a text reply",
+                     ep.task_id, parsed.error_code.value, parsed.reason)
+        reply = text if parsed.kind == "error" else parsed.text
+        ep.events.append({"kind": "end_turn", "text": reply})
+        nxt = ep.env.end_turn(reply)
+        if nxt is None:
+            ep.stop_reason = "final_answer"
+            return
+        ep.user_turns += 1
+        ep.history.extend(nxt)
+        ep.needs_rehearsal = True
+        if ep.gate is not None:
+            ep.gate.see_messages(nxt)
+    if ep.turns >= cfg.eval.max_turns:
+        ep.stop_reason = "turn_limit"
+
+
+def _finish(ep: Episode, cfg: Config, mode: str, n: int) -> dict[str, Any]:
+    """Score a finished episode with its benchmark, close its env, and build its row."""
+    if not ep.seconds:
+        ep.seconds = time.perf_counter() - ep.started
+    try:
+        reward, details = ep.env.score()
+    except Exception as exc:  # noqa: BLE001 (a scoring crash must not lose the other rows)
+        log.warning("%s: scoring failed: %r; reward 0", ep.task_id, exc)
+        reward, details = 0.0, {"score_error": repr(exc)}
+    ep.env.close()
+    return {
+        "task_id": ep.task_id, "suite": ep.suite, "repeat": ep.repeat, "reward": float(reward),
+        "turns": ep.turns, "user_turns": ep.user_turns, "tool_calls": ep.tool_calls,
+        "real_calls": ep.env.real_calls, "violations": ep.violations,
+        "parse_errors": ep.parse_errors, "stop_reason": ep.stop_reason,
+        "rehearsal": mode, "n": n, "rehearsal_real_calls": ep.rehearsal_real_calls,
+        "rehearsal_tokens": ep.rehearsal_tokens, "rehearse_outputs": ep.rehearse_outputs,
+        "memory_tokens": ep.memory_tokens, "feedback_parse_errors": ep.feedback_parse_errors,
+        "empty_memories": ep.empty_memories, "truncated_memories": ep.truncated_memories,
+        "memories": list(ep.memories), "rehearsal_seconds": round(ep.rehearsal_seconds, 2),
+        "rehearsal_decoding": cfg.rehearsal.decoding if mode != "none" else "",
+        "write_gate": ep.gate is not None, "gated_calls": ep.gated_calls, "grounding": "none",
+        "rendering": cfg.rollout.rendering, "decoding": cfg.eval.decoding,
+        "seconds": round(ep.seconds, 2), "details": _jsonable(details),
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
+                  rehearsal: str | None = None, n: int | None = None,
+                  rehearsal_generator: Generator | None = None,
+                  rehearsal_tokenizer: Any = None,
+                  on_row: Any = None) -> list[dict[str, Any]]:
+    """Run ``episodes`` to the end, turn-synchronously, rehearsing each user turn first.
+
+    Each step: the live episodes that just got a user message rehearse (one batch), then every
+    live episode's ACT prompt goes to ``generator`` in one batch, and each reply is executed.
+
+    Args:
+        generator, tokenizer: the acting policy.
+        episodes: fresh episodes (``Episode(suite, task_id, repeat, env, env.reset())``).
+        cfg: the run config (rendering, budgets, ``eval`` decoding and turn limit, ``rehearsal``).
+        rehearsal: None / ``"none"`` (plain committed execution), ``parallel`` or ``sequential``.
+        n: N (default ``cfg.rehearsal.n``).
+        rehearsal_generator, rehearsal_tokenizer: the rehearsing policy (default: the acting one).
+        on_row: called with each row as soon as its episode is scored (e.g. to append it to
+            ``results.jsonl``).
+
+    Returns:
+        One row per episode, in the order of ``episodes``: ``task_id, suite, repeat, reward,
+        turns, user_turns, tool_calls, real_calls, violations, parse_errors, stop_reason,
+        rehearsal, n, rehearsal_real_calls (0), rehearsal_tokens, rehearse_outputs,
+        memory_tokens, feedback_parse_errors, empty_memories, truncated_memories, memories,
+        rehearsal_seconds, rehearsal_decoding, write_gate, gated_calls, grounding ("none"),
+        rendering, decoding, seconds, details``.
+    """
+    mode = rehearsal or "none"
+    if mode not in ("none",) + MODES:
+        raise ValueError(f"rehearsal={rehearsal!r}: use None, 'parallel' or 'sequential'")
+    n = (cfg.rehearsal.n if n is None else n) if mode != "none" else 0
+    rgen = rehearsal_generator or generator
+    rtok = rehearsal_tokenizer if rehearsal_tokenizer is not None else tokenizer
+    temperature, top_p = DECODING[cfg.eval.decoding]
+    budget = cfg.rollout.max_prompt_tokens
+    rows: dict[int, dict[str, Any]] = {}
+    bar = progress(total=len(episodes), desc=f"episodes ({mode})", enabled=cfg.run.progress)
+
+    def finish(i: int, ep: Episode) -> None:
+        rows[i] = _finish(ep, cfg, mode, n)
+        bar.update(1)
+        if on_row is not None:
+            on_row(rows[i])
+
+    while True:
+        if mode != "none":
+            todo = [ep for ep in episodes if ep.live and ep.needs_rehearsal]
+            if todo:
+                rehearse_turns(todo, rgen, rtok, cfg, mode, n)
+        live, prompt_ids = [], []
+        for i, ep in enumerate(episodes):
+            if not ep.live:
+                continue
+            msgs = protocol.act_messages(ep.messages, ep.env.tool_schemas(), cfg.rollout.rendering,
+                                         cfg.rollout.compact_policy_chars, ep.history)
+            ids = chat_ids(tokenizer, msgs)
+            if len(ids) > budget:
+                ep.stop_reason = "context_budget"
+                log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
+                         ep.task_id, len(ids), budget)
+                finish(i, ep)
+                continue
+            live.append((i, ep))
+            prompt_ids.append(ids)
+        if not live:
+            break
+        outs = generator.generate(prompt_ids, role="act",
+                                  max_new_tokens=cfg.rollout.max_new_tokens_act,
+                                  temperature=temperature, top_p=top_p)
+        for (i, ep), out in zip(live, outs):
+            _step_episode(ep, out.text, cfg)
+            if not ep.live:
+                finish(i, ep)
+    bar.close()
+    for i, ep in enumerate(episodes):  # episodes that were already over when passed in
+        if i not in rows:
+            finish(i, ep)
+    return [rows[i] for i in range(len(episodes))]
+
+
+__all__ = [
+    "IDENTIFIER_KEY",
+    "Episode",
+    "WriteGate",
+    "identifiers",
+    "run_committed",
+]

@@ -1,0 +1,216 @@
+"""The ``micro`` profile's policy: a from-scratch Qwen3 on a BPE vocabulary trained offline.
+
+A model of a few million parameters learns the ACT/REHEARSE formats in minutes on 2 CPU cores
+(DESIGN §5), which makes every mechanism of the course visible on a laptop. Nothing is faked: the
+tokenizer is trained on the real warm-start transcripts (``sft.transcript_texts`` of the SFT half
+of the train split, never on test tasks), and the model is a real ``Qwen3ForCausalLM``.
+
+Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
+that merges may cross spaces and punctuation; three special tokens ``<|endoftext|>`` (pad),
+``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
+``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
+fingerprint of (recipe, vocabulary size, corpus).
+
+Vocabulary size, measured (``measure_vocab``): TABLE
+
+A
+domain vocabulary without a word split turns the fixed instructions and the tool list (the same
+8 BFCL API classes recur in every task) into a few long tokens, so the compact rendering itself
+fits about 512 tokens and no micro-specific rendering is needed. 4,096 is the default: 8,192 halves
+the rows again but doubles the embedding (2.1M → 4.2M parameters) and leaves many tokens seen
+only a few times.
+
+Model (``micro_model``): ``Qwen3ForCausalLM`` with ``model.hidden_size`` 256, 4 layers, 4 heads
+(2 key/value heads), MLP 768, tied embeddings: 4.2M parameters at a 4,096 vocabulary. The same
+seed gives the same weights.
+
+Usage::
+
+    from envace_lite.models import load_policy
+    model, tok = load_policy("micro")          # trains the tokenizer on first use (seconds)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import torch
+
+from envace_lite.config import Config
+from envace_lite.paths import cache_dir
+from envace_lite.progress import get_logger
+
+log = get_logger(__name__)
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""Ids 0, 1, 2 of every micro vocabulary: pad, message start, end of turn (eos)."""
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML, append-only (``rollout.chat_glue`` derives its glue from it); ``sft.chatml_text``
+renders the same text without a tokenizer."""
+
+_RECIPE = 1
+"""Bump when the tokenizer recipe changes (part of the cache fingerprint)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------
+def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> Any:
+    """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
+
+    Args:
+        texts: the corpus (ChatML transcripts).
+        vocab_size: total ids, the three special tokens and the 256 byte symbols included.
+        split_words: GPT-2's regex split before BPE (merges stay within words); False lets merges
+            cross word boundaries (the micro default, see the module docstring).
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with ``CHAT_TEMPLATE``, eos ``<|im_end|>``, pad
+        ``<|endoftext|>``, left padding. Deterministic for the same inputs.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                     use_regex=split_words)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=1 << 20,
+                                  clean_up_tokenization_spaces=False)
+    tok.add_special_tokens({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                            "additional_special_tokens": ["<|im_start|>"]})
+    tok.chat_template = CHAT_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def micro_corpus(cfg: Config) -> list[str]:
+    """The tokenizer corpus: ChatML texts of the SFT half's transcripts (train split only).
+
+    The grounding draw uses seed 0 whatever ``run.seed`` is, so every seed of a profile shares
+    one tokenizer.
+    """
+    from envace_lite.sft import build_transcripts, training_tasks, transcript_texts
+
+    return transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
+
+
+def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
+    """The micro tokenizer of ``cfg`` (``model.vocab_size``), trained once and cached.
+
+    The cache folder is ``cache_dir("tokenizers")/micro-<fingerprint>``, where the fingerprint
+    hashes the recipe, the vocabulary size and the corpus text, so a change of suites, split,
+    rendering or user-turn cut trains a new one.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    from envace_lite.models import _cached, _write_cache
+
+    texts = micro_corpus(cfg)
+    h = hashlib.sha1(json.dumps([_RECIPE, cfg.model.vocab_size]).encode())
+    for t in texts:
+        h.update(t.encode())
+    target = cache_dir("tokenizers") / f"micro-{h.hexdigest()[:12]}"
+    if rebuild or not _cached(target, _RECIPE):
+        start = time.perf_counter()
+        tok = train_bpe(texts, cfg.model.vocab_size)
+        _write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
+        log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
+                 len(tok), len(texts), time.perf_counter() - start, target)
+    tok = PreTrainedTokenizerFast.from_pretrained(target)
+    tok.padding_side = "left"
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------
+def micro_model(cfg: Config, tokenizer: Any) -> Any:
+    """A freshly initialised ``Qwen3ForCausalLM`` sized by ``cfg.model`` on ``tokenizer``.
+
+    ``head_dim = hidden_size // num_heads``, key/value heads half the heads, tied embeddings.
+    Seeded by ``cfg.run.seed`` without touching the global RNG. Returned in eval mode, float32.
+    """
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    m = cfg.model
+    if m.hidden_size % m.num_heads:
+        raise ValueError(f"hidden_size {m.hidden_size} is not a multiple of num_heads {m.num_heads}")
+    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+        num_key_value_heads=max(1, m.num_heads // 2), head_dim=m.hidden_size // m.num_heads,
+        max_position_embeddings=m.context_window, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"), eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[eos], pad_token_id=pad,
+                                               bos_token_id=config.bos_token_id)
+    return model.eval()
+
+
+def micro_policy(cfg: Config) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of the micro profile (``models.load_policy`` calls this)."""
+    tok = micro_tokenizer(cfg)
+    return micro_model(cfg, tok), tok
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement: vocabulary size vs row length
+# ---------------------------------------------------------------------------------------------
+def measure_vocab(cfg: Config, sizes: tuple[int, ...] = (1024, 2048, 4096, 8192),
+                  split_words: tuple[bool, ...] = (True, False)) -> list[dict[str, Any]]:
+    """Mean tokens per ACT and REHEARSE row for each vocabulary size and split rule.
+
+    The tokenizer is trained on the SFT half's transcripts (as ``micro_tokenizer`` does) and
+    measured on them (``sft_*``) and on the RL half (``rl_*``), which it never saw: a vocabulary
+    that memorises its corpus looks short only on the first. Rows are encoded exactly as SFT and
+    rollouts encode them (``sft.encode_act`` / ``encode_rehearse``). Returns one dict per
+    (split, size).
+    """
+    from envace_lite.sft import (
+        build_transcripts,
+        encode_act,
+        encode_rehearse,
+        training_tasks,
+        transcript_texts,
+    )
+
+    sets = {p: build_transcripts(training_tasks(cfg, p), cfg) for p in ("sft", "rl")}
+    texts = transcript_texts(sets["sft"])
+    table = []
+    for split in split_words:
+        for size in sizes:
+            start = time.perf_counter()
+            tok = train_bpe(texts, size, split_words=split)
+            row: dict[str, Any] = {"split": "gpt2-regex" if split else "none", "vocab": len(tok),
+                                   "train_seconds": round(time.perf_counter() - start, 2)}
+            for part, ts in sets.items():
+                act = [len(encode_act(a, tok)[0]) for a in ts.act]
+                reh = [len(encode_rehearse(r, tok)[0]) for r in ts.rehearse]
+                row.update({f"{part}_act_mean": round(sum(act) / len(act)),
+                            f"{part}_act_max": max(act),
+                            f"{part}_rehearse_mean": round(sum(reh) / len(reh)),
+                            f"{part}_rehearse_max": max(reh)})
+            table.append(row)
+    return table
+
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "measure_vocab", "micro_corpus", "micro_model",
+           "micro_policy", "micro_tokenizer", "train_bpe"]

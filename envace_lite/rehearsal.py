@@ -1,0 +1,431 @@
+"""Test-time private rehearsal: imagined attempts, FEEDBACK and the memory m_x (paper §2.3).
+
+The reference code has no test-time rehearsal; this is our design (DESIGN §2, §8). The committed
+execution that follows, and the write gate, live in ``commit.py``, which calls
+``rehearse_turns`` at each new user message. Per episode and user turn:
+
+1. **Rehearse.** The rehearsing policy plays N imagined attempts from the *real history so far*.
+   Future user turns are never shown: the imagined task holds only the messages seen so far.
+   REHEARSE writes every observation with grounding ``<unavailable>``.
+   - ``parallel``: N independent attempts, generated as one batch (``rollout(..., k=N)``); each
+     then gets a FEEDBACK (assessment + revision suggestion) written by the same policy.
+   - ``sequential``: attempt n's ACT prompt also holds attempts 1..n-1 with their feedback
+     (``prompts.SEQUENTIAL_CONTEXT``, a user-role message after the current request).
+2. **Memory.** A MEMORY prompt condenses the attempts and their feedback into m_x, within
+   ``rehearsal.memory_max_tokens`` tokens. m_x joins the committed history as one user-role
+   message right after the request it was rehearsed for (``prompts.memory_message``), so later
+   turns still see it. The environment never sees it (the USER simulator and the checkers read
+   the env's own trajectory).
+
+**Imagined continuations reuse the rollout engine.** ``imagined_task`` turns the committed state
+into a one-user-turn ``Task``: its messages are the episode's initial messages plus the real
+history so far (plus, in sequential mode, the context message), its tools the env's current
+schemas, its grounding empty. ``rollout(mode="rehearse")`` on it renders exactly the committed
+ACT prompt, and a final answer ends the attempt (the task has no next user turn). The rollout
+config is copied with ``grounding_drop_p=1`` (so REHEARSE always reads ``<unavailable>``), the
+rehearsal decoding and ``rehearsal.max_turns``. No env is given to the engine, so it cannot
+execute anything; the env's ``real_calls`` counter is also checked before and after, and a
+change raises.
+
+**Bad input** (all counted in the episode row):
+- an unparseable FEEDBACK (no ``<assessment>``/``<revision>`` tag) keeps its visible text, cut to
+  ``FEEDBACK_RAW_CHARS``, as the assessment (``feedback_parse_errors``); an empty one becomes
+  ``prompts.NO_FEEDBACK``;
+- a MEMORY without ``<memory>`` tags uses its visible text; an empty memory inserts **no** memory
+  message, so the committed prompt is exactly the no-rehearsal prompt (``empty_memories``);
+- a memory over ``memory_max_tokens`` tokens is cut to its first ``memory_max_tokens`` tokens
+  (``truncated_memories``).
+
+Usage::
+
+    from envace_lite.commit import Episode, run_committed
+    env = make_env("bfcl-base", "multi_turn_base_5")
+    rows = run_committed(gen, tok, [Episode("bfcl-base", env.task_id, 0, env, env.reset())], cfg,
+                         rehearsal="parallel", n=2)
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from envace_lite import prompts, protocol
+from envace_lite.config import Config
+from envace_lite.generation import Generator, chat_ids
+from envace_lite.progress import get_logger
+from envace_lite.rollout import Trajectory, rollout
+from envace_lite.types import Task
+
+if TYPE_CHECKING:
+    from envace_lite.commit import Episode
+
+log = get_logger(__name__)
+
+MODES = ("parallel", "sequential")
+DECODING = {"greedy": (0.0, 1.0), "sample": (0.6, 0.95)}
+"""``(temperature, top_p)`` per decoding name: greedy, or the reference's validation sampling."""
+FEEDBACK_RAW_CHARS = 1000
+"""An unparseable FEEDBACK keeps this many characters of its visible text."""
+MEMORY_TAG_SLACK = 16
+"""MEMORY may generate ``memory_max_tokens`` plus this many tokens (its tags)."""
+MIN_ATTEMPT_CHARS = 200
+"""Transcripts are halved to fit a prompt budget, down to this many characters."""
+
+
+# ---------------------------------------------------------------------------------------------
+# FEEDBACK and MEMORY outputs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Feedback:
+    """f^(n): the parsed FEEDBACK output of one attempt.
+
+    Attributes:
+        raw: the generated text.
+        assessment, revision: the tagged parts ("" when missing).
+        ok: both-or-either tag found; False for an empty or untagged output.
+        error: "" | ``empty`` | ``no_tags``.
+    """
+
+    raw: str
+    assessment: str = ""
+    revision: str = ""
+    ok: bool = True
+    error: str = ""
+
+    @property
+    def text(self) -> str:
+        """The feedback as MEMORY and later sequential attempts read it."""
+        return prompts.render_feedback(self.assessment, self.revision)
+
+
+@dataclass
+class Memory:
+    """m_x for one user turn.
+
+    Attributes:
+        text: the memory content ("" when empty), at most ``memory_max_tokens`` tokens.
+        raw: the generated text.
+        tokens: tokens of ``text``.
+        parsed: a ``<memory>`` tag was found.
+        empty: nothing usable; no memory message is inserted.
+        truncated: cut to ``memory_max_tokens`` tokens.
+    """
+
+    text: str
+    raw: str = ""
+    tokens: int = 0
+    parsed: bool = True
+    empty: bool = False
+    truncated: bool = False
+
+
+def _tagged(text: str, open_tag: str, close_tag: str) -> str | None:
+    """The content of the first ``open_tag`` block (an unclosed block runs to the end)."""
+    i = text.find(open_tag)
+    if i == -1:
+        return None
+    j = text.find(close_tag, i + len(open_tag))
+    return (text[i + len(open_tag):] if j == -1 else text[i + len(open_tag):j]).strip()
+
+
+def parse_feedback(text: str) -> Feedback:
+    """Parse a FEEDBACK output; never raises (see the module docstring for bad input)."""
+    visible = protocol.strip_think(text or "")[0].strip()
+    if not visible:
+        return Feedback(text or "", ok=False, error="empty")
+    a = _tagged(visible, prompts.ASSESSMENT_OPEN, prompts.ASSESSMENT_CLOSE)
+    r = _tagged(visible, prompts.REVISION_OPEN, prompts.REVISION_CLOSE)
+    if a is None and r is None:
+        return Feedback(text, visible[:FEEDBACK_RAW_CHARS], "", ok=False, error="no_tags")
+    return Feedback(text, a or "", r or "")
+
+
+def parse_memory(text: str, tokenizer: Any, max_tokens: int) -> Memory:
+    """Parse a MEMORY output and enforce the token budget; never raises."""
+    visible = protocol.strip_think(text or "")[0]
+    content = _tagged(visible, prompts.MEMORY_OPEN, prompts.MEMORY_CLOSE)
+    parsed = content is not None
+    content = (visible if content is None else content).replace(prompts.MEMORY_CLOSE, "").strip()
+    if not content:
+        return Memory("", text or "", 0, parsed, empty=True)
+    ids = tokenizer.encode(content, add_special_tokens=False)
+    if len(ids) <= max_tokens:
+        return Memory(content, text, len(ids), parsed)
+    keep = max_tokens
+    while True:  # re-encoding a decoded prefix can merge differently: make sure it fits
+        cut = tokenizer.decode(ids[:keep]).strip()
+        n = len(tokenizer.encode(cut, add_special_tokens=False))
+        if n <= max_tokens or keep == 0:
+            break
+        keep -= 1
+    return Memory(cut, text, n, parsed, empty=not cut, truncated=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Imagined attempts through the rollout engine
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Attempt:
+    """One imagined attempt τ̃^(n) with its feedback.
+
+    Attributes:
+        index: n, 1-based.
+        trajectory: the rehearse-mode rollout (``real_calls`` is 0).
+        steps: per ACT output, ``(text, [imagined observation contents])``.
+        feedback: f^(n) (None until written).
+        feedback_tokens: tokens of the FEEDBACK output.
+    """
+
+    index: int
+    trajectory: Trajectory
+    steps: list[tuple[str, list[str]]]
+    feedback: Feedback | None = None
+    feedback_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens generated for this attempt: its ACT and REHEARSE outputs and its FEEDBACK."""
+        return sum(len(o.ids) for o in self.trajectory.outputs) + self.feedback_tokens
+
+    def transcript(self, max_chars: int) -> str:
+        """``prompts.render_attempt`` of this attempt."""
+        return prompts.render_attempt(self.steps, self.trajectory.stop_reason, max_chars)
+
+
+@dataclass
+class TurnRehearsal:
+    """The rehearsal of one user turn of one episode.
+
+    Attributes:
+        user_turn: the committed run's user turn (0-based).
+        mode: ``parallel`` or ``sequential``.
+        attempts: the N attempts, in order.
+        memory: m_x.
+        memory_output_tokens: tokens of the MEMORY output (tags included).
+        real_calls: real executions during this rehearsal (always 0; checked).
+        seconds: this episode's share of the batched rehearsal's wall time.
+    """
+
+    user_turn: int
+    mode: str
+    attempts: list[Attempt] = field(default_factory=list)
+    memory: Memory | None = None
+    memory_output_tokens: int = 0
+    real_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Every token generated for this rehearsal (attempts, feedback, memory)."""
+        return sum(a.tokens for a in self.attempts) + self.memory_output_tokens
+
+
+def imagined_task(ep: Episode, rendering: str, context: dict[str, str] | None = None) -> Task:
+    """The committed state of ``ep`` as a one-user-turn ``Task`` for ``rollout``.
+
+    Messages: the episode's initial messages, the real history so far (earlier memory messages
+    included) and, in sequential mode, ``context``. No checklist, no grounding, no gold.
+    """
+    messages = [{"role": m["role"], "content": m["content"]} for m in ep.messages + ep.history]
+    if context is not None:
+        messages.append(dict(context))
+    last_user = [m for m in ep.messages + ep.history if m["role"] == "user"][-1:]
+    return Task(id=f"{ep.task_id}#rehearsal", suite=ep.suite, split="test", messages=messages,
+                tools=ep.env.tool_schemas(), user_turns=[last_user], checklist=[[]],
+                grounding=[[]], gold_calls=[[]], rendering=rendering)
+
+
+def rehearsal_config(cfg: Config) -> Config:
+    """A copy of ``cfg`` whose rollout settings are those of imagined attempts."""
+    if cfg.rehearsal.decoding not in DECODING:
+        raise ValueError(f"rehearsal.decoding={cfg.rehearsal.decoding!r}: use {sorted(DECODING)}")
+    c = copy.deepcopy(cfg)
+    c.rollout.grounding_drop_p = 1.0  # REHEARSE reads <unavailable> (DESIGN §8 "Grounding")
+    c.rollout.temperature, c.rollout.top_p = DECODING[cfg.rehearsal.decoding]
+    c.rollout.max_turns = max(1, min(cfg.rehearsal.max_turns, cfg.eval.max_turns))
+    c.rollout.user_replay = "always"
+    return c
+
+
+def _attempt(index: int, t: Trajectory) -> Attempt:
+    steps = [(o.text, []) for o in t.outputs if o.role == "act"]
+    for st in t.steps:
+        steps[st.turn][1].append(st.observation.content)
+    return Attempt(index, t, steps)
+
+
+def _fit(build: Any, tokenizer: Any, budget: int, chars: int, n_history: int) -> list[int]:
+    """Token ids of ``build(chars, omit)``, halving ``chars`` then omitting history to fit."""
+    omit = 0
+    while True:
+        ids = chat_ids(tokenizer, build(chars, omit))
+        if len(ids) <= budget:
+            return ids
+        if chars > MIN_ATTEMPT_CHARS:
+            chars = max(MIN_ATTEMPT_CHARS, chars // 2)
+        elif omit < n_history - 2:
+            omit = min(n_history - 2, max(1, 2 * omit))
+        else:
+            log.debug("rehearsal prompt of %d tokens stays over %d; generated anyway",
+                      len(ids), budget)
+            return ids
+
+
+def _plain(ep: Episode) -> list[dict[str, str]]:
+    """The real conversation so far without the system prompt (as REHEARSE reads it)."""
+    return [{"role": m["role"], "content": m["content"]}
+            for m in ep.messages + ep.history if m["role"] != "system"]
+
+
+def _write_feedback(items: list[tuple[Episode, Attempt]], gen: Generator, tokenizer: Any,
+                    cfg: Config, sampling: tuple[float, float]) -> None:
+    """One FEEDBACK generate call for every attempt in ``items``."""
+    if not items:
+        return
+    rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
+    prompt_ids = []
+    for ep, a in items:
+        history, tools = _plain(ep), ep.env.tool_schemas()
+        prompt_ids.append(_fit(
+            lambda chars, omit, a=a, history=history, tools=tools: prompts.feedback_messages(
+                tools, cfg.rollout.rendering, history, a.transcript(chars), a.index,
+                rc.feedback_system, omit),
+            tokenizer, budget, rc.attempt_chars, len(history)))
+    outs = gen.generate(prompt_ids, role="feedback", max_new_tokens=rc.max_new_tokens_feedback,
+                        temperature=sampling[0], top_p=sampling[1])
+    for (ep, a), out in zip(items, outs):
+        a.feedback, a.feedback_tokens = parse_feedback(out.text), len(out.ids)
+        ep.feedback_parse_errors += int(not a.feedback.ok)
+
+
+def _blocks(attempts: list[Attempt], chars: int) -> list[tuple[str, str]]:
+    return [(a.transcript(chars), a.feedback.text if a.feedback else prompts.NO_FEEDBACK)
+            for a in attempts]
+
+
+def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg: Config,
+                   mode: str, n: int) -> list[TurnRehearsal]:
+    """Rehearse the current user turn of every episode, batched across episodes.
+
+    Appends m_x to each episode's history (unless empty) and updates its counters.
+
+    Args:
+        episodes: live episodes that just received a new user message.
+        gen, tokenizer: the rehearsing policy (it may differ from the acting one).
+        cfg: the run config (``cfg.rehearsal``, ``cfg.rollout`` budgets, ``cfg.eval.max_turns``).
+        mode: ``parallel`` or ``sequential``.
+        n: N, attempts per user turn (>= 1).
+
+    Returns:
+        One ``TurnRehearsal`` per episode, in order (also appended to ``ep.rehearsals``).
+
+    Raises:
+        RuntimeError: an env's ``real_calls`` changed during rehearsal (a bug: never expected).
+    """
+    if mode not in MODES:
+        raise ValueError(f"rehearsal mode {mode!r}: use one of {MODES}")
+    if n < 1:
+        raise ValueError(f"n={n}: rehearsal needs at least one attempt")
+    started, before = time.perf_counter(), [ep.env.real_calls for ep in episodes]
+    rcfg = rehearsal_config(cfg)
+    sampling = (rcfg.rollout.temperature, rcfg.rollout.top_p)
+    recs = [TurnRehearsal(ep.user_turns - 1, mode) for ep in episodes]
+    rendering = cfg.rollout.rendering
+    if mode == "parallel":
+        trajs = rollout([imagined_task(ep, rendering) for ep in episodes], gen, tokenizer, rcfg,
+                        k=n, mode="rehearse")
+        for i, rec in enumerate(recs):
+            rec.attempts = [_attempt(j + 1, trajs[i * n + j]) for j in range(n)]
+        _write_feedback([(ep, a) for ep, rec in zip(episodes, recs) for a in rec.attempts],
+                        gen, tokenizer, cfg, sampling)
+    else:
+        for j in range(n):
+            tasks = []
+            for ep, rec in zip(episodes, recs):
+                if not rec.attempts:
+                    tasks.append(imagined_task(ep, rendering))
+                    continue
+                chars = _fit_context_chars(ep, rec.attempts, tokenizer, cfg)
+                tasks.append(imagined_task(
+                    ep, rendering, prompts.sequential_context_message(_blocks(rec.attempts, chars))))
+            trajs = rollout(tasks, gen, tokenizer, rcfg, k=1, mode="rehearse")
+            for rec, t in zip(recs, trajs):
+                rec.attempts.append(_attempt(j + 1, t))
+            _write_feedback([(ep, rec.attempts[-1]) for ep, rec in zip(episodes, recs)],
+                            gen, tokenizer, cfg, sampling)
+    _write_memories(episodes, recs, gen, tokenizer, cfg, sampling)
+    seconds = time.perf_counter() - started
+    for ep, rec, b in zip(episodes, recs, before):
+        rec.real_calls = (ep.env.real_calls - b) + sum(a.trajectory.real_calls
+                                                       for a in rec.attempts)
+        if rec.real_calls:
+            raise RuntimeError(f"{ep.task_id}: rehearsal made {rec.real_calls} real call(s); "
+                               "rehearsal must never execute (this is a bug)")
+        rec.seconds = seconds / len(episodes)
+        ep.rehearsals.append(rec)
+        ep.rehearsal_real_calls += rec.real_calls
+        ep.rehearsal_tokens += rec.tokens
+        ep.rehearse_outputs += sum(o.role == "rehearse" for a in rec.attempts
+                                   for o in a.trajectory.outputs)
+        ep.rehearsal_seconds += rec.seconds
+        mem = rec.memory
+        ep.memory_tokens += mem.tokens
+        ep.empty_memories += int(mem.empty)
+        ep.truncated_memories += int(mem.truncated)
+        ep.memories.append(mem.text)
+        if not mem.empty:
+            ep.history.append(prompts.memory_message(mem.text))
+        ep.needs_rehearsal = False
+    return recs
+
+
+def _fit_context_chars(ep: Episode, attempts: list[Attempt], tokenizer: Any,
+                       cfg: Config) -> int:
+    """The transcript cap at which attempt n's ACT prompt (with the context) fits the budget."""
+    chars, budget = cfg.rehearsal.attempt_chars, cfg.rollout.max_prompt_tokens
+    while True:
+        task = imagined_task(ep, cfg.rollout.rendering,
+                             prompts.sequential_context_message(_blocks(attempts, chars)))
+        ids = chat_ids(tokenizer, protocol.act_messages(
+            task.messages, task.tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars))
+        if len(ids) <= budget or chars <= MIN_ATTEMPT_CHARS:
+            return chars
+        chars = max(MIN_ATTEMPT_CHARS, chars // 2)
+
+
+def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Generator,
+                    tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
+    """One MEMORY generate call for every episode; sets ``rec.memory``."""
+    rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
+    prompt_ids = []
+    for ep, rec in zip(episodes, recs):
+        history = _plain(ep)
+        prompt_ids.append(_fit(
+            lambda chars, omit, rec=rec, history=history: prompts.memory_messages(
+                history, _blocks(rec.attempts, chars), rc.memory_max_tokens, rc.memory_system,
+                omit),
+            tokenizer, budget, rc.attempt_chars, len(history)))
+    outs = gen.generate(prompt_ids, role="memory",
+                        max_new_tokens=rc.memory_max_tokens + MEMORY_TAG_SLACK,
+                        temperature=sampling[0], top_p=sampling[1])
+    for rec, out in zip(recs, outs):
+        rec.memory = parse_memory(out.text, tokenizer, rc.memory_max_tokens)
+        rec.memory_output_tokens = len(out.ids)
+
+
+__all__ = [
+    "DECODING",
+    "MODES",
+    "Attempt",
+    "Feedback",
+    "Memory",
+    "TurnRehearsal",
+    "imagined_task",
+    "parse_feedback",
+    "parse_memory",
+    "rehearsal_config",
+    "rehearse_turns",
+]

@@ -1,0 +1,80 @@
+"""The ``micro`` profile: transcript-trained BPE, from-scratch Qwen3, the ≈512-token budget.
+
+Default tier: offline, CPU. The first run trains and caches the profile's tokenizer (about 10-20 s
+on 2 cores); later runs load it.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from envace_lite.config import get_config
+from envace_lite.generation import chat_ids
+from envace_lite.micro import SPECIAL_TOKENS, micro_model, micro_tokenizer, train_bpe
+from envace_lite.models import load_policy
+from envace_lite.rollout import chat_glue
+from envace_lite.sft import (
+    build_transcripts,
+    chatml_text,
+    encode_act,
+    encode_rehearse,
+    training_tasks,
+    transcript_texts,
+)
+
+
+@pytest.fixture(scope="module")
+def micro_cfg():
+    return get_config("micro")
+
+
+@pytest.fixture(scope="module")
+def small_corpus(micro_cfg):
+    return transcript_texts(build_transcripts(training_tasks(micro_cfg, "sft")[:8], micro_cfg))
+
+
+def test_bpe_build_is_deterministic_and_chatml(small_corpus):
+    a, b = train_bpe(small_corpus, 600), train_bpe(small_corpus, 600)
+    assert a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
+    assert [a.convert_ids_to_tokens(i) for i in range(3)] == list(SPECIAL_TOKENS)
+    assert (a.eos_token, a.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    text = small_corpus[0]
+    assert a.decode(a.encode(text)) == text  # byte-level: lossless
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert a.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == \
+        chatml_text(msgs, True)
+    glue = chat_glue(a)
+    assert glue.eot_id == 2 and glue.gen_prompt == "<|im_start|>assistant\n"
+
+
+def test_micro_model_is_deterministic(micro_cfg, small_corpus):
+    tok = train_bpe(small_corpus, 600)
+    m1, m2 = micro_model(micro_cfg, tok), micro_model(micro_cfg, tok)
+    assert all(torch.equal(x, y) for x, y in zip(m1.state_dict().values(),
+                                                  m2.state_dict().values()))
+    other = get_config("micro", {"run.seed": 1})
+    assert not torch.equal(micro_model(other, tok).lm_head.weight, m1.lm_head.weight)
+    # hidden 256, 4 layers: per layer q,o 256x256, k,v 256x128, MLP 3 x 256x768, 2 norms + qk norms
+    layer = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 768 + 2 * 256 + 2 * 64
+    assert sum(p.numel() for p in m1.parameters()) == 4 * layer + 256 + len(tok) * 256
+
+
+def test_micro_profile_policy_and_budget(micro_cfg):
+    """The cached profile tokenizer: 4,096 ids; rows of the RL half (never in its corpus) average
+    at most 512 tokens and all fit the SFT max length and the context window."""
+    tok = micro_tokenizer(micro_cfg)
+    assert len(tok) == micro_cfg.model.vocab_size
+    assert micro_tokenizer(micro_cfg).backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    ts = build_transcripts(training_tasks(micro_cfg, "rl"), micro_cfg, tok)
+    act = [len(encode_act(a, tok)[0]) for a in ts.act]
+    reh = [len(encode_rehearse(r, tok)[0]) for r in ts.rehearse]
+    assert sum(act) / len(act) <= 512 and sum(reh) / len(reh) <= 512
+    assert max(act + reh) <= micro_cfg.warmstart.max_length <= micro_cfg.model.context_window
+    model, tok2 = load_policy(micro_cfg)
+    assert 3e6 < sum(p.numel() for p in model.parameters()) < 6e6
+    ids = chat_ids(tok2, [{"role": "user", "content": "ls"}])
+    assert ids[0] == tok2.convert_tokens_to_ids("<|im_start|>")

@@ -1,0 +1,338 @@
+"""Test-time private rehearsal, committed execution and the write gate (rehearsal.py,
+commit.py).
+
+Scripted generators drive the real chat template, parser, rollout engine and benchmark adapters;
+the last tests run the tiny random Qwen3 end to end.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from envace_lite import prompts, protocol
+from envace_lite.commit import Episode, WriteGate, identifiers, run_committed
+from envace_lite.config import get_config
+from envace_lite.envs import make_env
+from envace_lite.generation import HFGenerator, ScriptedGenerator
+from envace_lite.models import load_policy, qwen3_tokenizer
+from envace_lite.rehearsal import parse_feedback, parse_memory
+from envace_lite.types import Observation, ToolCall
+
+BFCL = ("bfcl-base", "multi_turn_base_5")  # 4 scripted user turns
+RETAIL = ("tau2-retail-ticket", "17")  # ticket: change #W8665881's address to Suite 641
+OTHER_ORDER = "#W5918442"  # a pending order of another user, never named in task 17
+LS = protocol.assistant_text([ToolCall("ls", {})])
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qwen3_tokenizer()
+
+
+def cfg_(**over):
+    base = {"eval.max_turns": 12, "rollout.max_new_tokens_act": 256,
+            "rollout.max_new_tokens_rehearse": 128, "rehearsal.max_turns": 4}
+    return get_config("smoke", {**base, **over})
+
+
+def episode(suite, tid, gate=False):
+    env = make_env(suite, tid)
+    msgs = env.reset()
+    return Episode(suite, tid, 0, env, msgs, gate=WriteGate(msgs) if gate else None)
+
+
+def decode(tok, ids):
+    return tok.decode(ids)
+
+
+def last_user_block(text: str) -> str:
+    return text.rsplit("<|im_start|>user\n", 1)[-1]
+
+
+class Rehearser:
+    """A scripted rehearsing policy with unique markers per attempt and per feedback.
+
+    Attempt k's first ACT output is ``mkdir(dir_name="attempt_k")`` (a write that would change
+    the backend if it ran); its next one is the final text ``FINAL-k``.
+    """
+
+    def __init__(self, tok, env=None, memory="<memory>MEMORY-TEXT-42</memory>",
+                 feedback=None):
+        self.tok, self.env, self.memory, self.feedback = tok, env, memory, feedback
+        self.attempts = self.feedbacks = self.memories = 0
+        self.prompts: list[tuple[str, int, str]] = []  # (role, phase, decoded prompt)
+        self.first_prompt: dict[int, str] = {}  # attempt k -> its first ACT prompt
+        self.real_calls_seen: list[tuple[int, int]] = []  # (phase, env.real_calls)
+
+    def __call__(self, role, prompt):
+        text = self.tok.decode(prompt)
+        self.prompts.append((role, self.memories, text))
+        if self.env is not None:
+            self.real_calls_seen.append((self.memories, self.env.real_calls))
+        if role == "act":
+            if last_user_block(text).startswith("<tool_response>"):
+                k = re.findall(r"attempt_(\d+)", text)[-1]
+                return f"FINAL-{k}"
+            self.attempts += 1
+            self.first_prompt[self.attempts] = text
+            return protocol.assistant_text([ToolCall("mkdir",
+                                                     {"dir_name": f"attempt_{self.attempts}"})])
+        if role == "rehearse":
+            return protocol.rehearsal_text('{"result": "created"}')
+        if role == "feedback":
+            self.feedbacks += 1
+            if self.feedback is not None:
+                return self.feedback
+            k = self.feedbacks
+            return f"<assessment>FB-ASSESS-{k}</assessment>\n<revision>FB-REV-{k}</revision>"
+        self.memories += 1
+        return self.memory
+
+
+def actor(tok, texts=(LS, "Done.")):
+    """The acting policy: alternates an ``ls`` call and a closing text."""
+    state = {"i": 0}
+
+    def fn(role, prompt):
+        state["i"] += 1
+        return texts[(state["i"] - 1) % len(texts)]
+    return ScriptedGenerator(fn, tok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero real calls during rehearsal; the commit makes only its own
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_rehearsal_makes_zero_real_calls(tok, mode):
+    ep = episode(*BFCL)
+    reh = Rehearser(tok, env=ep.env)
+    act = actor(tok)
+    (row,) = run_committed(act, tok, [ep], cfg_(), rehearsal=mode, n=3,
+                           rehearsal_generator=ScriptedGenerator(reh, tok))
+    # every user turn was rehearsed, 3 attempts each, each attempt imagined one mkdir
+    assert row["user_turns"] == 4 and len(ep.rehearsals) == 4
+    assert [len(r.attempts) for r in ep.rehearsals] == [3, 3, 3, 3]
+    assert row["rehearse_outputs"] == 12 and reh.attempts == 12
+    # the live env's counter never moved while the rehearsing policy was working: at user turn
+    # u it equals the committed calls of turns < u (one ls per turn)
+    for phase, calls in reh.real_calls_seen:
+        assert calls == phase
+    assert row["rehearsal_real_calls"] == 0
+    # the commit made exactly its own calls: one ls per user turn, and no mkdir ever ran
+    assert row["real_calls"] == row["tool_calls"] == 4
+    assert all("mkdir" not in c for step in ep.env.score()[1]["decoded"] for s in step for c in s)
+    assert row["rehearsal_tokens"] > 0 and row["memory_tokens"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt content
+# ---------------------------------------------------------------------------------------------
+
+def test_sequential_attempt_sees_earlier_attempts_and_feedback(tok):
+    ep = episode(*BFCL)
+    reh = Rehearser(tok)
+    run_committed(actor(tok), tok, [ep], cfg_(), rehearsal="sequential", n=3,
+                  rehearsal_generator=ScriptedGenerator(reh, tok))
+    third = reh.first_prompt[3]
+    for marker in ("attempt_1", "attempt_2", "FINAL-1", "FINAL-2", "FB-ASSESS-1", "FB-REV-1",
+                   "FB-ASSESS-2", "FB-REV-2"):
+        assert marker in third, marker
+    assert "attempt_3" not in third and "FB-ASSESS-3" not in third
+    assert "Private rehearsal of the current request" in third
+    assert "attempt_" not in reh.first_prompt[1]
+    # the memory prompt holds the three attempts and the three feedbacks
+    memory_prompt = next(p for role, _, p in reh.prompts if role == "memory")
+    for k in (1, 2, 3):
+        assert f"attempt_{k}" in memory_prompt and f"FB-REV-{k}" in memory_prompt
+
+
+def test_parallel_attempts_are_independent_and_batched(tok):
+    ep = episode(*BFCL)
+    reh = Rehearser(tok)
+    gen = ScriptedGenerator(reh, tok)
+    run_committed(actor(tok), tok, [ep], cfg_(), rehearsal="parallel", n=3,
+                  rehearsal_generator=gen)
+    first_turn = [(role, p) for role, phase, p in reh.prompts if phase == 0]
+    for role, p in first_turn:
+        if role in ("act", "rehearse"):
+            assert "FB-" not in p
+            own = set(re.findall(r"attempt_(\d+)", p))
+            assert len(own) <= 1  # at most its own attempt, never another one
+    # one batch of three attempts per step, then one batch of three feedbacks
+    roles = [(role, len(prompts_)) for role, prompts_ in gen.calls[:4]]
+    assert roles == [("act", 3), ("rehearse", 3), ("act", 3), ("feedback", 3)]
+
+
+def test_memory_reaches_committed_act_and_no_future_user_turn(tok):
+    ep = episode(*BFCL)
+    questions = [q[0]["content"] for q in ep.env.entry["question"]]
+    reh = Rehearser(tok)
+    act = actor(tok)
+    run_committed(act, tok, [ep], cfg_(), rehearsal="sequential", n=2,
+                  rehearsal_generator=ScriptedGenerator(reh, tok))
+    committed = [decode(tok, p) for _, ps in act.calls for p in ps]
+    assert all("MEMORY-TEXT-42" in p for p in committed)
+    assert prompts.memory_message("MEMORY-TEXT-42")["content"] in committed[0]
+    # the memory message follows the request it was rehearsed for
+    assert committed[0].index(questions[0]) < committed[0].index("MEMORY-TEXT-42")
+    for role, phase, p in reh.prompts:  # phase u = rehearsal of user turn u
+        assert questions[phase] in p, (role, phase)
+        for future in questions[phase + 1:]:
+            assert future not in p, (role, phase)
+
+
+# ---------------------------------------------------------------------------------------------
+# The write gate
+# ---------------------------------------------------------------------------------------------
+
+def _address(order_id):
+    return ToolCall("modify_pending_order_address", {
+        "order_id": order_id, "address1": "123 Elm Street", "address2": "Suite 641",
+        "city": "Austin", "state": "TX", "country": "USA", "zip": "78712"})
+
+
+def test_write_gate_refuses_unseen_id_and_passes_a_valid_write(tok):
+    bad = ToolCall("cancel_pending_order", {"order_id": OTHER_ORDER, "reason": "no longer needed"})
+    # the real backend WOULD apply the bad call: on a scratch env the DB hash changes
+    scratch = make_env(*RETAIL)
+    scratch.reset()
+    h0 = scratch._env.get_db_hash()
+    (obs,) = scratch.step([bad])
+    assert not obs.error and obs.state_changed and scratch._env.get_db_hash() != h0
+
+    ep = episode(*RETAIL, gate=True)
+    seen = []
+
+    def fn(role, prompt):
+        seen.append((ep.env.real_calls, ep.env._env.get_db_hash(), decode(tok, prompt)))
+        return [protocol.assistant_text([bad]), protocol.assistant_text([_address("#W8665881")]),
+                "Your order will be delivered to Suite 641."][len(seen) - 1]
+
+    (row,) = run_committed(ScriptedGenerator(fn, tok), tok, [ep], cfg_())
+    (calls0, hash0, _), (calls1, hash1, prompt1), (calls2, hash2, _) = seen
+    assert (calls1, hash1) == (calls0, hash0) == (0, h0)  # refused: nothing ran, hash unchanged
+    assert "refused by the write gate" in prompt1 and OTHER_ORDER in prompt1
+    assert calls2 == 1 and hash2 != h0  # the valid write (its id is in the ticket) passed
+    assert row["gated_calls"] == 1 and row["real_calls"] == 1 and row["write_gate"] is True
+
+
+def test_write_gate_rules():
+    env = make_env(*RETAIL)
+    msgs = env.reset()
+    tools = env.tool_schemas()
+    gate = WriteGate(msgs)
+    read = ToolCall("get_order_details", {"order_id": OTHER_ORDER})
+    assert gate.check(read, env, tools) is None  # reads are never judged
+    no_reason = ToolCall("cancel_pending_order", {"order_id": "#W8665881"})
+    assert "fails its schema" in gate.check(no_reason, env, tools)
+    cancel = ToolCall("cancel_pending_order", {"order_id": OTHER_ORDER, "reason": "ordered by mistake"})
+    assert OTHER_ORDER in gate.check(cancel, env, tools)
+    gate.see_observations([Observation(f'{{"error": "{OTHER_ORDER} not yours"}}', error=True)])
+    assert gate.check(cancel, env, tools) is not None  # error observations are no source
+    gate.see_observations([Observation(f'{{"orders": ["{OTHER_ORDER}"]}}')])
+    assert gate.check(cancel, env, tools) is None
+    assert identifiers({"order_id": "#W1", "item_ids": ["1", "2"], "reason": "x",
+                        "passengers": [{"first_name": "Ann", "dob": "1990"}], "userId": 7,
+                        "flag": True, "amount": 3}) == [
+        ("order_id", "#W1"), ("item_ids", "1"), ("item_ids", "2"), ("first_name", "Ann"),
+        ("userId", "7")]
+
+
+def test_write_gate_lets_the_gold_replay_through(tok):
+    """BFCL base 5's gold calls (mv, post_tweet, comment...) pass the gate and still score 1."""
+    ep = episode(*BFCL, gate=True)
+    script = [x for t in ep.env.gold_turns()
+              for x in [protocol.assistant_text(s) for s in t.steps] + ["Done."]]
+    cfg = cfg_(**{"eval.max_turns": 50, "rollout.max_new_tokens_act": 1024})
+    (row,) = run_committed(ScriptedGenerator({"act": script}, tok), tok, [ep], cfg)
+    assert row["reward"] == 1.0 and row["gated_calls"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: empty memory, unparseable feedback, memory over budget
+# ---------------------------------------------------------------------------------------------
+
+def test_parse_feedback_and_memory_outcomes(tok):
+    fb = parse_feedback("")
+    assert (fb.ok, fb.error, fb.text) == (False, "empty", prompts.NO_FEEDBACK)
+    fb = parse_feedback("<think>hmm</think>It looked fine to me.")
+    assert (fb.ok, fb.error, fb.assessment, fb.revision) == (False, "no_tags",
+                                                             "It looked fine to me.", "")
+    fb = parse_feedback("<assessment>wrong id</assessment> <revision>look it up")
+    assert (fb.ok, fb.assessment, fb.revision) == (True, "wrong id", "look it up")
+    assert fb.text == "Assessment: wrong id\nRevision: look it up"
+
+    assert parse_memory("<memory>  </memory>", tok, 10).empty
+    assert parse_memory("", tok, 10).empty
+    m = parse_memory("Call ls first.", tok, 10)
+    assert (m.text, m.parsed, m.empty, m.truncated) == ("Call ls first.", False, False, False)
+    long = " ".join(f"step{i}" for i in range(50))
+    m = parse_memory(f"<memory>{long}</memory>", tok, 12)
+    assert m.truncated and 0 < m.tokens <= 12 and long.startswith(m.text)
+
+
+def test_empty_memory_leaves_the_committed_prompt_unchanged(tok):
+    plain = episode(*BFCL)
+    ref = actor(tok)
+    run_committed(ref, tok, [plain], cfg_(**{"eval.max_turns": 1}))
+    ep = episode(*BFCL)
+    act = actor(tok)
+    reh = Rehearser(tok, memory="<memory></memory>")
+    (row,) = run_committed(act, tok, [ep], cfg_(**{"eval.max_turns": 1}), rehearsal="parallel",
+                           n=2, rehearsal_generator=ScriptedGenerator(reh, tok))
+    assert row["empty_memories"] == 1 and row["memory_tokens"] == 0 and row["memories"] == [""]
+    assert act.calls[0][1] == ref.calls[0][1]  # exactly the no-rehearsal prompt
+    # and the imagined attempts started from that same real state
+    assert reh.first_prompt[1] == decode(tok, ref.calls[0][1][0])
+
+
+def test_unparseable_feedback_and_over_budget_memory_are_counted(tok):
+    ep = episode(*BFCL)
+    long = " ".join(f"note{i}" for i in range(200))
+    reh = Rehearser(tok, memory=f"<memory>{long}</memory>", feedback="UNTAGGED-FEEDBACK here")
+    cfg = cfg_(**{"eval.max_turns": 1, "rehearsal.memory_max_tokens": 20})
+    (row,) = run_committed(actor(tok), tok, [ep], cfg, rehearsal="sequential", n=2,
+                           rehearsal_generator=ScriptedGenerator(reh, tok))
+    assert row["feedback_parse_errors"] == 2
+    assert row["truncated_memories"] == 1 and 0 < row["memory_tokens"] <= 20
+    memory_prompt = next(p for role, _, p in reh.prompts if role == "memory")
+    assert memory_prompt.count("Assessment: UNTAGGED-FEEDBACK here") == 2
+    assert ep.rehearsals[0].attempts[1].feedback.error == "no_tags"
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: the tiny real model through rehearsal and commit on real adapters
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = get_config("smoke")
+    return load_policy(cfg)
+
+
+@pytest.mark.parametrize("mode,suite", [("parallel", "bfcl-base"), ("sequential", "tau2-telecom")])
+def test_tiny_model_rehearses_and_commits(tiny, mode, suite):
+    model, tok = tiny
+    cfg = get_config("smoke", {"eval.max_turns": 2, "rehearsal.max_turns": 2,
+                               "rehearsal.max_new_tokens_feedback": 16,
+                               "rehearsal.memory_max_tokens": 16})
+    eps = [episode(*BFCL) if suite == "bfcl-base" else episode(suite, _telecom())]
+    gen = HFGenerator(model, tok, seed=0)
+    rows = run_committed(gen, tok, eps, cfg, rehearsal=mode, n=2)
+    for ep, row in zip(eps, rows):
+        assert row["rehearsal"] == mode and row["n"] == 2
+        assert row["rehearsal_real_calls"] == 0 and row["grounding"] == "none"
+        assert len(ep.rehearsals) >= 1 and all(len(r.attempts) == 2 for r in ep.rehearsals)
+        assert row["rehearsal_tokens"] > 0
+        assert row["memory_tokens"] <= 16 * len(ep.rehearsals)
+        assert 1 <= row["turns"] <= 2 and row["reward"] == 0.0
+        json.dumps(row)
+
+
+def _telecom():
+    from envace_lite.envs import list_tasks
+
+    return list_tasks("tau2-telecom", "test")[0]
