@@ -10,6 +10,7 @@ Commands::
     envace-lite data card                              # data/card.json
     envace-lite train --profile smoke --mode shared --steps 3
     envace-lite warmstart --profile micro              # SFT on real two-role transcripts
+    envace-lite notebooks --profile smoke --only 00,01  # the course, headless (papermill)
 
 Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
 """
@@ -80,6 +81,7 @@ def eval_cmd(
         read_rows,
         summarize_runs,
         table3,
+        usage_table,
         write_summary,
     )
     from envace_lite.paths import new_run_dir
@@ -116,7 +118,8 @@ def eval_cmd(
     rows = read_rows(run_dir / "results.jsonl")
     write_summary(run_dir, rows)
     typer.echo(format_table(rows))
-    typer.echo("\n" + table3(summarize_runs(rows)))
+    summaries = summarize_runs(rows)
+    typer.echo("\n" + table3(summaries) + "\n\n" + usage_table(summaries))
     typer.echo(f"\nwall time {time.perf_counter() - start:.1f} s; results in {run_dir}")
 
 
@@ -248,12 +251,17 @@ def train_cmd(
     steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
+    overrides_file: str = typer.Option("", "--overrides", help="a YAML/JSON file of "
+                                       "group.field: value (e.g. scaled/overrides/reference.yaml);"
+                                       " --set, --mode and --steps win over it"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint."""
+    from envace_lite.config import load_overrides
     from envace_lite.train import train
 
-    overrides = {"run.seed": seed, **_parse_overrides(set_)}
+    overrides = {**(load_overrides(overrides_file) if overrides_file else {}),
+                 "run.seed": seed, **_parse_overrides(set_)}
     if mode is not None:
         overrides["grpo.mode"] = mode
     if steps is not None:
@@ -286,6 +294,43 @@ def warmstart_cmd(
             typer.echo(f"{key}: {json.dumps(rates)}")
     typer.echo(f"warm start in {time.perf_counter() - start:.1f} s; "
                f"checkpoint: --set model.checkpoint={out / CHECKPOINT}")
+
+
+@app.command("notebooks")
+def notebooks_cmd(
+    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    only: str = typer.Option("", help="comma-separated notebook prefixes, e.g. 00,02 ('' = all)"),
+    seed: int = typer.Option(0, help="run seed, passed to every notebook"),
+    out: str = typer.Option("", help="series dir ('' = runs/notebooks/<profile>__s<seed>__"
+                            "<time>/)"),
+    cell_timeout: int = typer.Option(0, help="seconds per cell (0 = the profile's default)"),
+    timeout: int = typer.Option(0, help="wall-clock seconds per notebook (0 = the profile's)"),
+    param: list[str] = typer.Option([], "--param", "-p", help="notebook parameter name=value "
+                                    "(JSON value) for every notebook declaring it, or "
+                                    "NN:name=value for notebook NN only"),
+) -> None:
+    """Execute the notebooks in order with papermill into one series run dir, with HTML exports
+    and an index page; a failed cell stops the series and names the notebook and the cell."""
+    from envace_lite.notebooks import NotebookFailed, run_series
+
+    names = [s.strip() for s in only.split(",") if s.strip()] or None
+    parameters: dict = {}
+    for key, value in _parse_overrides(param).items():
+        nb, sep, name = key.partition(":")
+        if sep:
+            parameters.setdefault(nb, {})[name] = value
+        else:
+            parameters[key] = value
+    try:
+        series = run_series(profile, names, out or None, parameters, seed=seed,
+                            cell_timeout=cell_timeout or None, timeout=timeout or None)
+    except NotebookFailed as e:
+        typer.echo(f"FAILED: {e}\nindex: {e.series_dir / 'index.html'}", err=True)
+        sys.exit(1)
+    stages = json.loads((series / "series.json").read_text())["stages"]
+    for st in stages:
+        typer.echo(f"{st['name']:<32} {st['status']:<8} {st['seconds']:7.1f} s")
+    typer.echo(f"index: {series / 'index.html'}")
 
 
 if __name__ == "__main__":

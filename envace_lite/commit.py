@@ -49,11 +49,11 @@ from envace_lite.types import Observation, ToolCall
 
 log = get_logger(__name__)
 
-IDENTIFIER_KEY = re.compile(
-    r"(?:^|_)(?:id|ids|token|symbol|number|name|names|path|source|destination)$"
-    r"|[a-z0-9](?:Id|Ids|ID|Name|Token|Number)$")
-"""Argument names (at any nesting level) whose values the write gate treats as identifiers:
-``order_id``, ``user_ids``, ``access_token``, ``flight_number``, ``file_name``, ``source``, ..."""
+IDENTIFIER_KEY = re.compile(r"(?:^|_)(?:id|ids|token|number|symbol)$|[a-z0-9](?:Id|Ids|ID|Token)$")
+"""Argument names (at any nesting level) whose values the write gate treats as identifiers of
+existing records: ``order_id``, ``item_ids``, ``receiver_id``, ``access_token``,
+``flight_number``, ``symbol``, ``userId``. Names that may create something new (``file_name``,
+``dir_name``, ``destination``) are not identifiers: a new name is, by nature, unseen."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -98,6 +98,24 @@ class RolloutConfig:
     ``always`` (every scripted turn; evaluation)."""
     compact_policy_chars: int = 600
     """Compact rendering: characters of the domain policy kept as an excerpt."""
+    generation_backend: str = "hf"
+    """Who samples the rollouts in training: ``hf`` (the policy's own ``generate``),
+    ``vllm_server`` (TRL's client to a ``vllm serve`` on dedicated GPUs; weights synced over NCCL
+    every step) or ``vllm_colocate`` (an in-process vLLM engine per rank). See ``scaled/``."""
+    sync_generate_calls: bool = False
+    """Multi-process runs: every rank makes the same number of ``generate`` calls per turn
+    (a finished rank calls with an empty batch), as a collective backend needs. Always on with
+    ``vllm_server``."""
+    vllm_server_url: str = "http://127.0.0.1:8000"
+    """``vllm_server``: the server's root URL (TRL's ``vllm_server_base_url``)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """``vllm_colocate``: share of each GPU's memory given to the in-process engine."""
+    vllm_importance_sampling: bool = True
+    """vLLM backends: correct the loss by the truncated per-token ratio π_train/π_vLLM (the
+    sampler's logprobs differ from the trainer's); irrelevant for ``hf``, whose samples come from
+    the trained weights themselves."""
+    vllm_importance_sampling_cap: float = 3.0
+    """Upper clip of that ratio (TRL's ``vllm_importance_sampling_clip_max``)."""
 
 
 @dataclass
@@ -132,6 +150,13 @@ class GRPOConfig:
     """Reward of an empty output, applied per output before the baseline."""
     scale_std: bool = False
     """Divide advantages by the (task, role) reward std (off: the paper is mean-only)."""
+    judge: str = "rule"
+    """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
+    judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
+    judge_url: str = ""
+    """``llm`` judge: OpenAI-compatible endpoint root, e.g. ``http://127.0.0.1:8001/v1``."""
+    judge_model: str = ""
+    """``llm`` judge: the model name sent to ``judge_url``."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step (memory); the rows of one step are split evenly."""
     save_every: int = 1
@@ -198,7 +223,7 @@ class WarmStartConfig:
 
     sft_share: float = 0.5
     """Share of the train split used for SFT; the rest is for RL, disjoint (``sft.split_sft_rl``:
-    a task is SFT iff sha1(scenario id) / 2**32 < sft_share)."""
+    a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no warm start, RL gets all."""
     max_user_turns: int = 0
     """Keep the first N reference user turns of each training task, for SFT and RL (0: all)."""
     token_budget: int = 250_000
@@ -275,10 +300,18 @@ class Config:
             "grpo.singleton_baseline": (self.grpo.singleton_baseline, {"self", "none"}),
             "rehearsal.mode": (self.rehearsal.mode, {"none", "parallel", "sequential"}),
             "eval.decoding": (self.eval.decoding, {"greedy", "sample"}),
+            "rollout.generation_backend": (self.rollout.generation_backend,
+                                           {"hf", "vllm_server", "vllm_colocate"}),
+            "grpo.judge": (self.grpo.judge, {"rule", "llm"}),
         }
         for name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ValueError(f"{name}={value!r}: expected one of {sorted(allowed)}")
+        if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
+            self.rollout.sync_generate_calls = True
+        if self.grpo.judge == "llm" and not (self.grpo.judge_url and self.grpo.judge_model):
+            raise ValueError("grpo.judge='llm' needs grpo.judge_url and grpo.judge_model "
+                             "(scaled/launch.py judge starts one)")
         # the prompt budget can never exceed what the model can read
         self.rollout.max_prompt_tokens = min(
             self.rollout.max_prompt_tokens,
@@ -315,8 +348,9 @@ def _smoke() -> Config:
         ),
         grpo=GRPOConfig(num_generations=2, prompts_per_step=1, steps=2, learning_rate=1e-4),
         eval=EvalConfig(limit=1, max_turns=3),
-        warmstart=WarmStartConfig(max_user_turns=1, token_budget=12_000, max_length=3072,
-                                  max_steps=2, batch_size=2, logging_steps=1, eval_first_turns=0),
+        # two short rows, one per role: the tiny model's 151k-id head dominates the step time
+        warmstart=WarmStartConfig(max_user_turns=1, token_budget=3000, max_length=1600,
+                                  max_steps=2, batch_size=1, logging_steps=1, eval_first_turns=0),
         run=RunConfig(progress=False),
     )
 
@@ -347,6 +381,7 @@ def _gpu() -> Config:
         ),
         grpo=GRPOConfig(num_generations=4, prompts_per_step=8, steps=200, learning_rate=1e-5),
         eval=EvalConfig(limit=0, max_turns=30),
+        warmstart=WarmStartConfig(sft_share=0.0),  # Qwen3 calls tools: RL gets every train task
     )
 
 
@@ -362,6 +397,7 @@ def _scaled() -> Config:
         ),
         grpo=GRPOConfig(),  # the paper's reference run (§3.1)
         eval=EvalConfig(limit=0, max_turns=30),
+        warmstart=WarmStartConfig(sft_share=0.0),  # Qwen3 calls tools: RL gets every train task
     )
 
 
@@ -413,6 +449,26 @@ def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
             raise KeyError(f"unknown config key {key!r}: {group} has {sorted(names)}")
         setattr(sub, name, value)
     return cfg
+
+
+def load_overrides(path: str | Path) -> dict[str, Any]:
+    """Read a flat ``{"group.field": value}`` override file (``.json``, ``.yaml`` or ``.yml``),
+    as ``scaled/overrides/*.yaml`` are. Keys are checked when applied (``apply_overrides``).
+
+    Raises:
+        ValueError: the file does not hold one flat mapping.
+    """
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path}: expected one flat mapping of 'group.field': value")
+    return data
 
 
 def get_config(profile: str = "laptop", overrides: dict[str, Any] | None = None) -> Config:

@@ -16,7 +16,8 @@ Aggregates follow the paper's shapes (Table 3; paper §3.1):
 
 ``budget_sweep`` runs N ∈ {1, 2, 3} for both modes (paper Fig. 6; ``plotting.plot_budget_sweep``).
 Results go to ``DIR/results.jsonl`` (one row per finished episode, appended at once, so a rerun
-into the same DIR skips what is done) and ``DIR/summary.json``.
+into the same DIR skips what is done, and loads no model when nothing is left) and
+``DIR/summary.json`` (per configuration: the aggregates, Table 3, and ``usage_table``).
 
 Usage::
 
@@ -360,12 +361,27 @@ def table3(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def usage_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """Per configuration: episodes, the share with at least one REHEARSE output, the share with
+    at least one real call, and the real calls made during rehearsal (must be 0)."""
+    header = ("| Method | episodes | ≥1 REHEARSE output | ≥1 real call | real calls | "
+              "real calls during rehearsal |")
+    lines = [header, "|---" * 6 + "|"]
+    for label, s in summaries.items():
+        lines.append(f"| {label} | {s['episodes']} | {_pct(s['share_rehearsed'])} % | "
+                     f"{_pct(s['share_real_call'])} % | {s['real_calls']} | "
+                     f"{s['rehearsal_real_calls']} |")
+    return "\n".join(lines)
+
+
 def write_summary(out: Path, rows: list[dict[str, Any]]) -> Path:
     """Write ``out/summary.json`` (``summarize_runs``) and ``out/results.md``; return the json."""
     summaries = summarize_runs(rows)
     path = out / "summary.json"
-    path.write_text(json.dumps({"configs": summaries, "table3": table3(summaries)}, indent=1))
-    (out / "results.md").write_text(format_table(rows) + "\n\n" + table3(summaries) + "\n")
+    path.write_text(json.dumps({"configs": summaries, "table3": table3(summaries),
+                                "usage": usage_table(summaries)}, indent=1))
+    (out / "results.md").write_text(format_table(rows) + "\n\n" + table3(summaries) + "\n\n"
+                                    + usage_table(summaries) + "\n")
     return path
 
 
@@ -473,6 +489,7 @@ __all__ = [
     "summarize",
     "summarize_runs",
     "table3",
+    "usage_table",
     "write_results",
     "write_summary",
 ]

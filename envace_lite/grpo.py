@@ -381,6 +381,9 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         g = cfg.grpo
         if g.mode not in MODES:
             raise ValueError(f"grpo.mode={g.mode!r}: expected one of {MODES}")
+        if g.mode == "per_role" and cfg.rollout.generation_backend != "hf":
+            raise ValueError("grpo.mode='per_role' trains two policies, and a vLLM backend serves "
+                             "one: use rollout.generation_backend='hf'")
         self.cfg, self.tasks, self.mode = cfg, list(tasks), g.mode
         self.trained_roles = ("act",) if g.mode.startswith("act_only") else ROLES
         self._generator_override, self._rollout_fn = generator, rollout_fn
@@ -448,6 +451,14 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
                                seed=seed, batch_size=max(1, batch))
 
         policy = hf(self.model)
+        if self.use_vllm:  # rollout.generation_backend: vllm_server / vllm_colocate
+            from envace_lite.vllm_generation import VLLMGenerator
+
+            if self._last_loaded_step != self.state.global_step:
+                self.vllm_generation.sync_weights()
+                self._last_loaded_step = self.state.global_step
+            policy = VLLMGenerator(self.vllm_generation, self.processing_class,
+                                   self.accelerator.unwrap_model(self.model))
         if self.mode == "per_role":
             return RoleRoutedGenerator({"act": policy, "rehearse": hf(self.rehearse_model)}), None
         if self.mode == "act_only":
@@ -459,7 +470,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     def _rollout(self, tasks: list[Any], k: int, step: int) -> list[Trajectory]:
         if self._rollout_fn is not None:
             return self._rollout_fn(tasks, k, step)
-        from envace_lite.rewards import score_trajectories
+        from envace_lite.rewards import LLMJudge, score_trajectories
         from envace_lite.rollout import close_envs, rollout
 
         generator, simulator = self._generators(step, len(tasks) * k)
@@ -467,7 +478,9 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
                         mode=ROLLOUT_MODE[self.mode], simulator=simulator,
                         seed=self.cfg.run.seed * 100_003 + step)
         # the checklist judge in every mode, so that the Fig. 3 ablations share one reward
-        score_trajectories(trajs, judge="rule")
+        g = self.cfg.grpo
+        judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
+        score_trajectories(trajs, judge=judge)
         close_envs(trajs)
         return trajs
 
@@ -507,6 +520,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             batch[f"num_items_{name}"] = torch.tensor(totals.get(name, 0.0), device=device)
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self._ref_logps(batch)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            batch["importance_sampling_ratio"] = self._vllm_is_ratio(batch, rows, trajs)
         self.last_record = StepRecord(trajs, rewards, task_ids, roles, valid, trained, adv,
                                       lengths, len(rows.role), n_rows - len(rows.role),
                                       rollout_seconds)
@@ -520,6 +535,24 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         spg = self.args.steps_per_generation
         most = int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).max())
         return max(spg, math.ceil(most / spg) * spg)
+
+    @torch.no_grad()
+    def _vllm_is_ratio(self, batch: dict[str, torch.Tensor], rows: Rows,
+                       trajs: list[Trajectory]) -> torch.Tensor:
+        """Truncated per-token π_train/π_vLLM (``vllm_generation.importance_weights``), (B, C)."""
+        from envace_lite.vllm_generation import importance_weights, row_sampling_logps
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep, size = batch["completion_ids"].shape[1], self.args.per_device_train_batch_size
+        train = self._get_per_token_logps_and_entropies(self.model, ids, attention, keep,
+                                                        batch_size=size)[0]
+        owners = [torch.tensor(o, dtype=torch.long) for o in rows.owner]
+        owners += [torch.tensor([-1])] * (ids.shape[0] - len(owners))
+        owner = pad(owners, padding_value=-1, padding_side="right")
+        sampled = row_sampling_logps(owner, [o.logprobs for t in trajs for o in t.outputs])
+        return importance_weights(train, sampled, self.vllm_importance_sampling_clip_max,
+                                  self.vllm_importance_sampling_mode)
 
     @torch.no_grad()
     def _ref_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

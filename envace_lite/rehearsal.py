@@ -258,7 +258,11 @@ def _attempt(index: int, t: Trajectory) -> Attempt:
 
 
 def _fit(build: Any, tokenizer: Any, budget: int, chars: int, n_history: int) -> list[int]:
-    """Token ids of ``build(chars, omit)``, halving ``chars`` then omitting history to fit."""
+    """Token ids of ``build(chars, omit)``, halving ``chars`` then omitting history to fit.
+
+    Trimming order: the attempt transcripts (halved down to ``MIN_ATTEMPT_CHARS``), then the
+    oldest history messages after the first one. A prompt that still does not fit is returned as
+    it is (generated anyway, as ``rollout`` does with REHEARSE prompts)."""
     omit = 0
     while True:
         ids = chat_ids(tokenizer, build(chars, omit))
@@ -288,12 +292,16 @@ def _write_feedback(items: list[tuple[Episode, Attempt]], gen: Generator, tokeni
     rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
     prompt_ids = []
     for ep, a in items:
-        history, tools = _plain(ep), ep.env.tool_schemas()
-        prompt_ids.append(_fit(
-            lambda chars, omit, a=a, history=history, tools=tools: prompts.feedback_messages(
-                tools, cfg.rollout.rendering, history, a.transcript(chars), a.index,
-                rc.feedback_system, omit),
-            tokenizer, budget, rc.attempt_chars, len(history)))
+        history = _plain(ep)
+        for tools in (ep.env.tool_schemas(), []):  # the tool list goes last, when nothing else fits
+            ids = _fit(
+                lambda chars, omit, a=a, history=history, tools=tools: prompts.feedback_messages(
+                    tools, cfg.rollout.rendering, history, a.transcript(chars), a.index,
+                    rc.feedback_system, omit),
+                tokenizer, budget, rc.attempt_chars, len(history))
+            if len(ids) <= budget:
+                break
+        prompt_ids.append(ids)
     outs = gen.generate(prompt_ids, role="feedback", max_new_tokens=rc.max_new_tokens_feedback,
                         temperature=sampling[0], top_p=sampling[1])
     for (ep, a), out in zip(items, outs):

@@ -344,7 +344,11 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
                 task.suite, frozenset())
             lives.append(_Live(t, list(plain), flat if gold else None, frozenset(terminal)))
 
-    while live := [s for s in lives if not s.traj.stop_reason]:
+    sync = rc.sync_generate_calls  # finished ranks keep turning with empty calls (any_rank)
+    while True:
+        live = [s for s in lives if not s.traj.stop_reason]
+        if not (any_rank(bool(live)) if sync else live):
+            break
         # ---- ACT: one generate call for every live trajectory ----------------------------------
         prompts = [list(s.traj.act_ids) for s in live]
         outs = generator.generate(prompts, role="act", max_new_tokens=rc.max_new_tokens_act,
@@ -359,7 +363,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
         else:
             frozen = mode == "frozen_simulator"
             _rehearse(acting, simulator if frozen else generator, tokenizer, cfg,
-                      "frozen_simulator" if frozen else "rehearsed")
+                      "frozen_simulator" if frozen else "rehearsed", always_call=sync)
         for s in acting:
             if s.terminal_call is not None:
                 s.traj.stop_reason = "terminal_tool"
@@ -453,11 +457,17 @@ def _execute(s: _Live) -> None:
 
 
 def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
-              source: str) -> None:
-    """One REHEARSE generate call for every call of every acting trajectory, in order."""
+              source: str, always_call: bool = False) -> None:
+    """One REHEARSE generate call for every call of every acting trajectory, in order.
+
+    With ``always_call`` the call is made even with nothing to rehearse (an empty batch), so
+    that every rank makes the same calls (``rollout.sync_generate_calls``)."""
     rc = cfg.rollout
     jobs = [(s, j, c) for s in acting for j, c in enumerate(s.calls)]
     if not jobs:
+        if always_call:
+            gen.generate([], role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
+                         temperature=rc.temperature, top_p=rc.top_p)
         return
 
     def count(text: str) -> int:
@@ -490,6 +500,27 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
                       t.task.id, t.index)
         s.observations.append(obs)
         t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, source))
+
+
+def any_rank(live: bool) -> bool:
+    """True if ``live`` on any rank (a MAX all-reduce); ``live`` itself without a process group.
+
+    ``rollout`` with ``rollout.sync_generate_calls`` calls it once per turn on every rank: a rank
+    whose trajectories have all stopped keeps turning, with empty ``generate`` calls, until no
+    rank has a live trajectory. A collective backend (vLLM server mode: every rank's prompts are
+    gathered, generated on rank 0 and broadcast) then sees the same calls on every rank.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return live
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    flag = torch.tensor([int(live)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _advance(s: _Live, glue: ChatGlue, tokenizer: Any, rc: Any) -> None:
@@ -547,6 +578,7 @@ def close_envs(trajs: list[Trajectory]) -> None:
 __all__ = [
     "MODES",
     "ChatGlue",
+    "any_rank",
     "Output",
     "Step",
     "Trajectory",

@@ -508,6 +508,9 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     cfg.save(run_dir)
     start, summary = time.perf_counter(), {"profile": cfg.profile, "seed": cfg.run.seed}
     tasks = training_tasks(cfg, "sft")
+    if not tasks:
+        raise ValueError(f"profile {cfg.profile!r} has no warm-start tasks (warmstart.sft_share="
+                         f"{cfg.warmstart.sft_share}): set warmstart.sft_share, e.g. 0.5")
     model, tok = load_policy(cfg, train=True)  # micro: builds/loads the tokenizer from these
     ts = build_transcripts(tasks, cfg, tok)
     w = cfg.warmstart

@@ -71,7 +71,19 @@ def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
                          f"over {world} process(es) × {g.gradient_accumulation_steps} accumulation "
                          "steps: change grpo.prompts_per_step or grpo.gradient_accumulation_steps")
     cpu = cfg.model.device == "cpu" or not torch.cuda.is_available()
-    return GRPOConfig(
+    rc = cfg.rollout
+    vllm = {}  # rollout.generation_backend (scaled/README.md); hf needs none of these
+    if rc.generation_backend != "hf":
+        vllm = dict(
+            use_vllm=True, vllm_mode=rc.generation_backend.removeprefix("vllm_"),
+            vllm_server_base_url=rc.vllm_server_url,
+            vllm_gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
+            vllm_max_model_length=cfg.model.context_window,
+            vllm_importance_sampling_correction=rc.vllm_importance_sampling,
+            vllm_importance_sampling_mode="token_truncate",
+            vllm_importance_sampling_clip_max=rc.vllm_importance_sampling_cap,
+            max_completion_length=max(rc.max_new_tokens_act, rc.max_new_tokens_rehearse))
+    return GRPOConfig(**vllm,
         output_dir=str(output_dir), seed=cfg.run.seed, max_steps=g.steps,
         per_device_train_batch_size=per_device,
         gradient_accumulation_steps=g.gradient_accumulation_steps,
@@ -80,7 +92,9 @@ def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
         max_grad_norm=1.0, beta=g.beta, epsilon=g.epsilon, loss_type="dapo",
         scale_rewards="none", importance_sampling_level="token", use_bias_correction_kl=False,
         temperature=cfg.rollout.temperature, disable_dropout=True,
-        gradient_checkpointing=not cpu, use_cpu=cpu, bf16=False,
+        gradient_checkpointing=not cpu, use_cpu=cpu,
+        # bf16 mixed precision on GPU for bf16 profiles (DeepSpeed's "bf16": "auto" follows it)
+        bf16=not cpu and cfg.model.dtype == "bfloat16",
         report_to="none", disable_tqdm=True, logging_steps=1, log_completions=False,
         save_strategy="steps", save_steps=g.save_every, save_total_limit=1,
         dataloader_num_workers=0,

@@ -15,7 +15,7 @@ from envace_lite import prompts, protocol
 from envace_lite.commit import Episode, WriteGate, identifiers, run_committed
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
-from envace_lite.generation import HFGenerator, ScriptedGenerator
+from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
 from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.rehearsal import parse_feedback, parse_memory
 from envace_lite.types import Observation, ToolCall
@@ -235,9 +235,9 @@ def test_write_gate_rules():
     gate.see_observations([Observation(f'{{"orders": ["{OTHER_ORDER}"]}}')])
     assert gate.check(cancel, env, tools) is None
     assert identifiers({"order_id": "#W1", "item_ids": ["1", "2"], "reason": "x",
-                        "passengers": [{"first_name": "Ann", "dob": "1990"}], "userId": 7,
-                        "flag": True, "amount": 3}) == [
-        ("order_id", "#W1"), ("item_ids", "1"), ("item_ids", "2"), ("first_name", "Ann"),
+                        "flights": [{"flight_number": "HAT1", "date": "2024-05-01"}],
+                        "userId": 7, "flag_id": True, "file_name": "new.txt", "amount": 3}) == [
+        ("order_id", "#W1"), ("item_ids", "1"), ("item_ids", "2"), ("flight_number", "HAT1"),
         ("userId", "7")]
 
 
@@ -301,6 +301,42 @@ def test_unparseable_feedback_and_over_budget_memory_are_counted(tok):
     memory_prompt = next(p for role, _, p in reh.prompts if role == "memory")
     assert memory_prompt.count("Assessment: UNTAGGED-FEEDBACK here") == 2
     assert ep.rehearsals[0].attempts[1].feedback.error == "no_tags"
+
+
+def test_rehearsal_prompts_are_trimmed_to_the_budget(tok):
+    """Long attempts are cut (then the tool list dropped) so FEEDBACK and MEMORY prompts fit; a
+    sequential attempt whose context cannot fit stops before generating (``context_budget``)."""
+    ep = episode(*BFCL)
+    first = chat_ids(tok, protocol.act_messages(ep.messages, ep.env.tool_schemas(), "compact",
+                                                600, []))
+    cfg = cfg_(**{"eval.max_turns": 1, "rollout.max_new_tokens_act": 200})
+    cfg.rollout.max_prompt_tokens = budget = len(first) + 100
+
+    def fn(role, prompt):
+        return {"act": "word " * 400, "memory": "<memory>m</memory>"}.get(
+            role, "<assessment>a</assessment><revision>b</revision>")
+
+    gen = ScriptedGenerator(fn, tok)
+    run_committed(actor(tok), tok, [ep], cfg, rehearsal="sequential", n=2,
+                  rehearsal_generator=gen)
+    sizes = {role: [len(p) for p in ps] for role, ps in gen.calls}
+    assert sizes["act"] == [len(first)]  # attempt 2 never generated
+    assert all(n <= budget for n in sizes["feedback"] + sizes["memory"])
+    a1, a2 = ep.rehearsals[0].attempts
+    assert a1.trajectory.stop_reason == "final_answer" and a2.trajectory.stop_reason == \
+        "context_budget"
+    feedback = [tok.decode(p) for role, ps in gen.calls if role == "feedback" for p in ps]
+    assert "characters cut" in feedback[0]
+
+
+def test_docs_show_the_current_prompts():
+    """docs/rehearsal.md shows every rehearsal prompt verbatim (the docs cannot drift)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "rehearsal.md").read_text()
+    for name in ("FEEDBACK_SYSTEM", "FEEDBACK_USER", "MEMORY_SYSTEM", "MEMORY_USER",
+                 "ATTEMPT_BLOCK", "SEQUENTIAL_CONTEXT", "MEMORY_MESSAGE", "GATE_REFUSAL"):
+        assert getattr(prompts, name) in doc, name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,581 @@
+"""The notebook course: the headless series runner, and the helpers every notebook calls.
+
+``run_series`` executes ``notebooks/NN_topic.ipynb`` in order with papermill (kernel ``python3``,
+a per-cell timeout and a wall-clock bound per notebook) into ONE series run dir (DESIGN §8)::
+
+    runs/notebooks/<profile>__s<seed>__<time>/
+        index.html                      links every executed notebook, its HTML export, figures
+        series.json                     status, wall time and failing cell of each notebook
+        00_tour/00_tour.ipynb           the executed notebook (outputs kept)
+        00_tour/00_tour.html            its HTML export, for instructors
+        00_tour/parameters.json         the parameters papermill injected
+        00_tour/config.json, *.png      written by the notebook itself into its ``run_dir``
+        01_tools_environments_tasks/...
+
+Every notebook gets ``profile``, ``seed``, ``run_dir`` (its own folder) and ``artifacts_dir`` (the
+series dir, so a later notebook reads what earlier ones wrote, e.g.
+``artifact(artifacts_dir, "02_act_and_rehearse", "outputs.jsonl")``). Opened alone, a notebook
+has ``artifacts_dir = ""`` and runs the minimal upstream step itself.
+
+A failed cell stops the series with ``NotebookFailed`` naming the notebook and the cell (its index
+in the committed notebook), and keeps what already ran: the failed notebook is saved with its error
+and the index page marks it. So does a notebook that runs past its wall-clock bound.
+
+Helpers for the notebooks' opening cells: ``versions``, ``check_parameters`` (papermill only
+warns about a misspelled parameter; this raises), ``stage_dir``; and for their bodies:
+``artifact``, ``check_exercise``, ``gold_script`` / ``gold_rollout`` (a scripted policy that
+replays a task's gold calls, labelled as such wherever it is shown).
+
+Usage::
+
+    envace-lite notebooks --profile smoke                 # what CI executes
+    envace-lite notebooks --profile laptop --only 00,02
+    from envace_lite.notebooks import run_series
+    series_dir = run_series("smoke", notebooks=["00", "01"])
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import html
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from envace_lite.config import OFFLINE_PROFILES, Config
+from envace_lite.paths import REPO_ROOT, new_run_dir
+from envace_lite.progress import get_logger
+
+log = get_logger(__name__)
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+"""The committed notebooks (``NN_topic.ipynb``) and ``solutions/``."""
+
+TIMEOUTS = {"smoke": (300, 600), "micro": (1800, 3600), "laptop": (1800, 3600),
+            "gpu": (7200, 14400), "scaled": (7200, 14400)}
+"""Per profile: (seconds per cell, wall-clock seconds per notebook)."""
+
+PAPERMILL_TAGS = ("injected-parameters", "papermill-error-cell-tag")
+"""Cells that papermill adds to an executed notebook (not in the committed one)."""
+
+_IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython", "open"}
+_LITERALS = (str, int, float, bool, list, dict, tuple, type(None))
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook of the series failed (a cell raised, or it ran past its wall-clock bound).
+
+    Attributes:
+        notebook: the notebook's stem, e.g. ``02_act_and_rehearse``.
+        cell: the index of the failing cell in the committed notebook (None if unknown).
+        series_dir: the series run dir; everything that ran is kept there.
+    """
+
+    def __init__(self, message: str, notebook: str, cell: int | None, series_dir: Path) -> None:
+        super().__init__(message)
+        self.notebook, self.cell, self.series_dir = notebook, cell, series_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers called from inside the notebooks
+# ---------------------------------------------------------------------------------------------
+
+def versions() -> None:
+    """Print the versions, the commit and the machine a notebook ran on (the second cell).
+
+    Package versions come from their metadata, so this cell does not pay for importing them.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    rows = [("python", platform.python_version()), ("torch", torch.__version__)]
+    rows += [(name, v(name)) for name in ("transformers", "trl", "peft", "papermill")]
+    rows += [("envace-lite", f"{v('envace-lite')} @ {git_commit()}"),
+             ("machine", (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
+                          f"torch threads {torch.get_num_threads()}, "
+                          f"CUDA {'yes' if torch.cuda.is_available() else 'no'}"))]
+    for name, value in rows:
+        print(f"{name:<13}{value}")
+
+
+def git_commit() -> str:
+    """The checkout's short commit, with ``+dirty`` when it has changes ("unknown" outside git)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
+                             capture_output=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO_ROOT, text=True, capture_output=True, timeout=10,
+                               check=False).stdout
+        return sha + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def check_parameters(namespace: dict[str, Any], names: list[str] | tuple[str, ...]) -> dict:
+    """Raise on a parameter the notebook does not declare (papermill only warns).
+
+    A papermill parameter is injected as a global holding a plain literal. Any such global that is
+    public and not in ``names`` is a misspelled or foreign parameter. The cells before the config
+    cell must therefore bind no public literal globals of their own.
+
+    Args:
+        namespace: the notebook's ``globals()``.
+        names: the names the ``parameters`` cell declares.
+
+    Returns:
+        ``{name: value}`` of the declared parameters.
+
+    Raises:
+        KeyError: an unknown or a missing parameter, naming the declared ones.
+    """
+    unknown = sorted(k for k, v in namespace.items()
+                     if not k.startswith("_") and k not in _IPYTHON_NAMES and k not in names
+                     and isinstance(v, _LITERALS))
+    if unknown:
+        raise KeyError(f"unknown notebook parameter(s) {unknown}: this notebook takes "
+                       f"{list(names)} (papermill only warns about misspelled -p names)")
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise KeyError(f"parameter(s) {missing} are not set: run the parameters cell first")
+    return {n: namespace[n] for n in names}
+
+
+def runs_root() -> Path:
+    """Root of run dirs for notebooks: ``ENVACE_RUNS``, else ``runs/`` at the checkout root
+    (a notebook's working directory is ``notebooks/``, so a relative root would land there)."""
+    return Path(os.environ.get("ENVACE_RUNS") or REPO_ROOT / "runs")
+
+
+def stage_dir(run_dir: str, stage: str, cfg: Config) -> Path:
+    """The notebook's output folder: ``run_dir`` when given (the series runner passes one), else a
+    new ``runs/notebooks/<profile>__s<seed>__<time>/<stage>/``. Writes ``config.json`` there."""
+    path = Path(run_dir) if run_dir else (
+        new_run_dir("notebooks", cfg.profile, cfg.run.seed, str(runs_root())) / stage)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg.save(path)
+    return path
+
+
+def artifact(artifacts_dir: str, stage: str, name: str) -> Path | None:
+    """``<artifacts_dir>/<stage>/<name>`` if an earlier notebook wrote it, else None."""
+    if not artifacts_dir:
+        return None
+    path = Path(artifacts_dir) / stage / name
+    return path if path.exists() else None
+
+
+def check_exercise(title: str, test: Callable[[], Any]) -> None:
+    """Run an exercise check and print ``solved``, ``wrong: ...`` or ``not attempted``; never raise.
+
+    Args:
+        title: e.g. "Exercise 1".
+        test: returns True (solved), None (not attempted), False or a message (wrong); raising
+            ``NotImplementedError`` means not attempted, any other exception means wrong.
+    """
+    try:
+        ok = test()
+    except NotImplementedError:
+        ok = None
+    except Exception as e:  # noqa: BLE001 (a check cell must never raise)
+        ok = f"your code raised {type(e).__name__}: {e}"
+    if ok is None:
+        status = "not attempted (replace the NotImplementedError / None placeholder)"
+    elif ok is True:
+        status = "solved"
+    else:
+        status = "wrong" + (f": {ok}" if isinstance(ok, str) else "")
+    print(f"{title}: {status}")
+
+
+def gold_script(task: Any, *, user_turns: int | None = None, world: str = "grounding",
+                rename: str | None = None) -> dict[str, list[str]]:
+    """ACT and REHEARSE texts that replay a task's gold calls, for ``ScriptedGenerator`` (k=1).
+
+    This is a SCRIPTED policy, not a model: notebooks use it to show what a competent rollout
+    looks like, because the small profiles' models make no tool calls zero-shot (DESIGN §5).
+
+    Args:
+        task: a ``Task`` (its ``grounding`` holds each gold call with its real observation).
+        user_turns: play the gold of the first N user turns, then answer the next one in text
+            without calls (None: every turn).
+        world: ``grounding`` (REHEARSE writes the real observation: a perfect world model) or
+            ``blank`` (REHEARSE writes ``{}`` for every call).
+        rename: replace the name of every call with this one (an unknown tool); REHEARSE then
+            reports the error a faithful world model would report.
+
+    Returns:
+        ``{"act": [...], "rehearse": [...]}`` in generation order.
+    """
+    from envace_lite import protocol
+    from envace_lite.sft import TERMINAL_CALLS, closing_text
+    from envace_lite.types import ToolCall
+
+    if world not in ("grounding", "blank"):
+        raise ValueError(f"world={world!r}: use 'grounding' or 'blank'")
+    n = len(task.user_turns) if user_turns is None else user_turns
+    acts, rehearse = [], []
+    for u in range(len(task.user_turns)):
+        if u >= n:
+            acts.append("I could not finish this request.")
+            break
+        pairs = task.grounding[u]
+        replies = [pairs] if task.suite.startswith("bfcl-") else [[p] for p in pairs]
+        for reply in (r for r in replies if r):
+            calls = [ToolCall(rename or p["call"]["name"], p["call"]["arguments"]) for p in reply]
+            acts.append(protocol.assistant_text(calls))
+            for p in reply:
+                content = p["observation"]["content"] if world == "grounding" else "{}"
+                if rename:
+                    content = json.dumps({"error": f"Unknown tool: {rename}"})
+                rehearse.append(protocol.rehearsal_text(content))
+        if u == len(task.user_turns) - 1 and task.suite in TERMINAL_CALLS:
+            acts.append(protocol.assistant_text([ToolCall(TERMINAL_CALLS[task.suite], {})]))
+        else:
+            acts.append(closing_text(task, u))
+    return {"act": acts, "rehearse": rehearse or [protocol.rehearsal_text("{}")]}
+
+
+def gold_rollout(task: Any, tokenizer: Any, cfg: Config, *, mode: str = "rehearse",
+                 index: int = 0, **script: Any) -> Any:
+    """One trajectory of the scripted gold policy (``gold_script``) through the real engine.
+
+    The config is copied with the generation caps raised (scripted texts are not sampled, so the
+    profile's small caps would only cut them), ``max_turns`` set to the script's length and no
+    grounding drop. Everything else (parsing, REHEARSE prompts, packing, gated user replay, real
+    execution in ``mode="real"``) is the engine's own.
+
+    Args:
+        task: the task x.
+        tokenizer: the policy's tokenizer (chat template and glue).
+        cfg: the run config (not modified).
+        mode: ``rehearse`` (the script also plays REHEARSE) or ``real`` (``env.step`` answers).
+        index: recorded as ``Trajectory.index`` (its place in a group of K).
+        **script: passed to ``gold_script``.
+    """
+    from envace_lite.generation import ScriptedGenerator
+    from envace_lite.rollout import rollout
+
+    texts = gold_script(task, **script)
+    c = copy.deepcopy(cfg)
+    c.rollout.max_new_tokens_act = c.rollout.max_new_tokens_rehearse = 4096
+    c.rollout.max_turns, c.rollout.grounding_drop_p = len(texts["act"]), 0.0
+    [traj] = rollout([task], ScriptedGenerator(texts, tokenizer), tokenizer, c, k=1, mode=mode)
+    traj.index = index
+    return traj
+
+
+# ---------------------------------------------------------------------------------------------
+# The series runner
+# ---------------------------------------------------------------------------------------------
+
+def discover(source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The committed notebooks ``NN_topic.ipynb`` of ``source_dir``, in order."""
+    return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
+
+
+def parameters_of(nb: Any) -> dict[str, Any]:
+    """The defaults of a notebook's ``parameters`` cell (a path or a NotebookNode).
+
+    Raises:
+        ValueError: the notebook has no, or more than one, ``parameters`` cell.
+    """
+    import nbformat
+
+    if not hasattr(nb, "cells"):
+        nb = nbformat.read(str(nb), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"expected exactly one 'parameters' cell, found {len(cells)}")
+    out = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            out[node.targets[0].id] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.AnnAssign):
+            out[node.target.id] = ast.literal_eval(node.value)
+    return out
+
+
+def _select(paths: list[Path], only: list[str] | None) -> list[Path]:
+    if not only:
+        return paths
+    chosen = [p for p in paths if any(p.stem == o or p.stem.startswith(f"{o}_") for o in only)]
+    missing = [o for o in only if not any(p.stem == o or p.stem.startswith(f"{o}_")
+                                          for p in chosen)]
+    if missing:
+        raise KeyError(f"no notebook matches {missing}: choose from {[p.stem for p in paths]}")
+    return chosen
+
+
+def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    declared = parameters_of(path)
+    params = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
+            if path.stem == key or path.stem.startswith(f"{key}_"):
+                params.update(value)  # per-notebook: unknown names raise inside the notebook
+        elif key in declared:
+            params[key] = value
+    return params
+
+
+def _failure(executed: Path) -> tuple[int | None, str]:
+    """(index in the committed notebook, description) of the failing or unfinished cell."""
+    import nbformat
+
+    if not executed.exists():
+        return None, "the executed notebook was not written"
+    try:
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception as e:  # noqa: BLE001 (a notebook cut short while being written)
+        return None, f"the executed notebook cannot be read: {e}"
+    index = -1
+    running = None
+    for cell in nb.cells:
+        if set(cell.get("metadata", {}).get("tags", [])) & set(PAPERMILL_TAGS):
+            continue
+        index += 1
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return index, (f"In [{cell.get('execution_count')}]: "
+                               f"{out.get('ename')}: {out.get('evalue')}")
+        if running is None and cell.get("metadata", {}).get("papermill", {}).get(
+                "status") == "running":
+            running = index
+    return running, "no error output recorded"
+
+
+def _env(profile: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if profile in OFFLINE_PROFILES:
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see the Makefile
+    if env.get("MPLBACKEND", "").lower() == "agg":
+        log.warning("MPLBACKEND=Agg drops notebook figures; unset for the notebook kernels")
+        env.pop("MPLBACKEND")
+    return env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End papermill (SIGINT lets it shut its kernel down), then anything of it still alive."""
+    try:
+        import psutil
+
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 (psutil missing or the process already gone)
+        family = []
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for p in [proc, *family]:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: int,
+                 timeout: int, profile: str) -> dict[str, Any]:
+    """Execute one notebook into ``stage``; return its record (never raises on a failed cell)."""
+    stage.mkdir(parents=True, exist_ok=True)
+    (stage / "parameters.json").write_text(json.dumps(params, indent=1))
+    executed = stage / src.name
+    cmd = [sys.executable, "-m", "papermill", str(src), str(executed),
+           "-f", str(stage / "parameters.json"), "-k", "python3", "--cwd", str(src.parent),
+           "--execution-timeout", str(cell_timeout), "--no-progress-bar"]
+    start = time.perf_counter()
+    with open(stage / "papermill.log", "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_env(profile),
+                                start_new_session=True)
+        try:
+            rc, timed_out = proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            rc, timed_out = -1, True
+    record = {"name": src.stem, "seconds": round(time.perf_counter() - start, 1),
+              "notebook": executed.name, "status": "ok", "cell": None, "error": ""}
+    if timed_out or rc != 0:
+        cell, what = _failure(executed)
+        record.update(status="timeout" if timed_out else "failed", cell=cell, error=(
+            f"ran past its wall-clock bound of {timeout} s (cell {cell})" if timed_out
+            else what))
+    if executed.exists():
+        record["html"] = export_html(executed).name
+    record["figures"] = sorted(p.name for p in stage.iterdir()
+                               if p.suffix.lower() in (".png", ".svg", ".jpg"))
+    return record
+
+
+def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path | None = None,
+               parameters: dict[str, Any] | None = None, *, seed: int = 0,
+               source_dir: str | Path = NOTEBOOKS_DIR, cell_timeout: int | None = None,
+               timeout: int | None = None) -> Path:
+    """Execute the notebooks in order into one series run dir (see the module docstring).
+
+    Args:
+        profile: ``smoke`` (CI), ``micro``, ``laptop`` ...; passed to every notebook.
+        notebooks: prefixes or stems to run, e.g. ``["00", "02"]`` (None: all, in order).
+        out: the series dir (None: a new ``runs/notebooks/<profile>__s<seed>__<time>/``).
+        parameters: extra parameters. ``{"suite": "bfcl-base"}`` goes to every notebook that
+            declares ``suite``; ``{"02": {"task_index": 3}}`` goes to that notebook only.
+        seed: passed to every notebook as ``seed``.
+        source_dir: where the committed notebooks are.
+        cell_timeout, timeout: seconds per cell and per notebook (default: ``TIMEOUTS``).
+
+    Returns:
+        The series dir, holding ``index.html`` and one folder per notebook.
+
+    Raises:
+        NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
+            kept, and the index is written first.
+        KeyError: ``notebooks`` names a notebook that does not exist.
+        ValueError: a shared parameter no selected notebook declares.
+    """
+    paths = _select(discover(Path(source_dir)), notebooks)
+    extra = dict(parameters or {})
+    for key, value in extra.items():
+        shared = not (isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key))
+        if shared and not any(key in parameters_of(p) for p in paths):
+            raise ValueError(f"parameter {key!r} is declared by none of {[p.stem for p in paths]}")
+    cell_t, nb_t = TIMEOUTS.get(profile, TIMEOUTS["laptop"])
+    cell_timeout, timeout = cell_timeout or cell_t, timeout or nb_t
+    series = Path(out) if out else new_run_dir("notebooks", profile, seed, str(runs_root()))
+    series.mkdir(parents=True, exist_ok=True)
+    meta = {"profile": profile, "seed": seed, "commit": git_commit(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "cell_timeout": cell_timeout,
+            "timeout": timeout, "stages": [{"name": p.stem, "status": "not run"} for p in paths]}
+    for i, src in enumerate(paths):
+        base = {"profile": profile, "seed": seed, "run_dir": str(series / src.stem),
+                "artifacts_dir": str(series)}
+        log.info("notebook %s (%d/%d) ...", src.stem, i + 1, len(paths))
+        record = run_notebook(src, series / src.stem, _parameters(src, base, extra),
+                              cell_timeout, timeout, profile)
+        meta["stages"][i] = record
+        write_index(series, meta)
+        log.info("notebook %s: %s in %.1f s", src.stem, record["status"], record["seconds"])
+        if record["status"] != "ok":
+            raise NotebookFailed(
+                f"notebook {src.stem} {record['status']} at cell {record['cell']}: "
+                f"{record['error']}; the executed notebook is kept at "
+                f"{series / src.stem / src.name}, earlier notebooks in {series}",
+                src.stem, record["cell"], series)
+    return series
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML: the exports and the index page
+# ---------------------------------------------------------------------------------------------
+
+def export_html(executed: Path) -> Path:
+    """Write ``<notebook>.html`` beside an executed notebook (nbconvert; a minimal fallback)."""
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    try:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    except Exception as e:  # noqa: BLE001 (nbconvert missing or its template broken)
+        log.warning("nbconvert HTML export failed (%s); using the minimal exporter", e)
+        body = minimal_html(nb)
+    path = executed.with_suffix(".html")
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def minimal_html(nb: Any) -> str:
+    """A plain HTML page of a notebook: sources, text, HTML and PNG outputs, errors."""
+    ansi = re.compile(r"\x1b\[[0-9;]*m")
+    parts = ["<!doctype html><meta charset='utf-8'><body style='font-family:sans-serif'>"]
+    for cell in nb.cells:
+        src = html.escape(cell.source)
+        tag = "div style='white-space:pre-wrap'" if cell.cell_type == "markdown" else "pre"
+        parts.append(f"<{tag}>{src}</{tag.split()[0]}>")
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/png" in data:
+                parts.append(f"<img src='data:image/png;base64,{data['image/png']}'>")
+            elif "text/html" in data:
+                parts.append("".join(data["text/html"]))
+            elif out.get("output_type") == "error":
+                tb = ansi.sub("", "\n".join(out.get("traceback", [])))
+                parts.append(f"<pre style='color:#c62828'>{html.escape(tb)}</pre>")
+            else:
+                text = out.get("text") or data.get("text/plain", "")
+                parts.append(f"<pre>{html.escape(''.join(text))}</pre>")
+    return "\n".join(parts + ["</body>"])
+
+
+def write_index(series: Path, meta: dict[str, Any]) -> Path:
+    """Write ``series.json`` and ``index.html`` (links to notebooks, exports and figures)."""
+    (series / "series.json").write_text(json.dumps(meta, indent=1))
+    colors = {"ok": "#2e7d32", "failed": "#c62828", "timeout": "#c62828", "not run": "#757575"}
+    rows = []
+    for st in meta["stages"]:
+        name, status = st["name"], st["status"]
+        links = []
+        for key, label in (("notebook", "executed notebook"), ("html", "HTML")):
+            if st.get(key):
+                links.append(f"<a href='{name}/{st[key]}'>{label}</a>")
+        if status != "not run":
+            links.append(f"<a href='{name}/parameters.json'>parameters</a>")
+            links.append(f"<a href='{name}/papermill.log'>log</a>")
+        figs = " ".join(f"<a href='{name}/{f}'><img src='{name}/{f}' height='90' title='{f}'>"
+                        "</a>" for f in st.get("figures", []))
+        detail = "" if status == "ok" else html.escape(st.get("error", ""))
+        secs = f"{st['seconds']:.1f} s" if "seconds" in st else ""
+        rows.append(f"<tr><td><b>{name}</b></td><td style='color:{colors.get(status, '#000')}'>"
+                    f"{status} {detail}</td><td>{secs}</td><td>{' · '.join(links)}</td>"
+                    f"<td>{figs}</td></tr>")
+    total = sum(st.get("seconds", 0) for st in meta["stages"])
+    page = f"""<!doctype html><meta charset="utf-8"><title>envace-lite notebooks</title>
+<body style="font-family:sans-serif;max-width:1100px">
+<h1>envace-lite notebook series</h1>
+<p>profile <b>{meta['profile']}</b> · seed {meta['seed']} · commit {meta['commit']} · started
+{meta['started']} · total {total:.1f} s · per-cell timeout {meta['cell_timeout']} s, per notebook
+{meta['timeout']} s</p>
+<table border="1" cellpadding="6" style="border-collapse:collapse">
+<tr><th>notebook</th><th>status</th><th>wall time</th><th>files</th><th>figures</th></tr>
+{''.join(rows)}
+</table></body>"""
+    path = series / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+__all__ = [
+    "NOTEBOOKS_DIR",
+    "TIMEOUTS",
+    "NotebookFailed",
+    "artifact",
+    "check_exercise",
+    "check_parameters",
+    "discover",
+    "export_html",
+    "gold_rollout",
+    "gold_script",
+    "minimal_html",
+    "parameters_of",
+    "run_notebook",
+    "run_series",
+    "stage_dir",
+    "versions",
+    "write_index",
+]
