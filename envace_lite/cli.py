@@ -251,17 +251,18 @@ def train_cmd(
     steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
-    overrides_file: str = typer.Option("", "--overrides", help="a YAML/JSON file of "
-                                       "group.field: value (e.g. scaled/overrides/reference.yaml);"
-                                       " --set, --mode and --steps win over it"),
+    overrides_file: list[str] = typer.Option([], "--overrides", help="YAML/JSON file(s) of "
+                                             "group.field: value, applied in order (e.g. scaled/"
+                                             "overrides/reference.yaml); --set, --mode, --steps "
+                                             "win over them"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint."""
     from envace_lite.config import load_overrides
     from envace_lite.train import train
 
-    overrides = {**(load_overrides(overrides_file) if overrides_file else {}),
-                 "run.seed": seed, **_parse_overrides(set_)}
+    overrides = {k: v for f in overrides_file for k, v in load_overrides(f).items()}
+    overrides |= {"run.seed": seed, **_parse_overrides(set_)}
     if mode is not None:
         overrides["grpo.mode"] = mode
     if steps is not None:

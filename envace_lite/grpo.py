@@ -417,11 +417,22 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         finally:
             args.beta = beta
         self.beta = beta
+        if self.is_deepspeed_enabled and self.rehearse_model is not None:
+            raise ValueError("grpo.mode='per_role' trains a second policy, which DeepSpeed (one "
+                             "engine per accelerator) cannot wrap: run per_role under DDP "
+                             "(scaled/accelerate/ddp_8gpu.yaml; with LoRA for 8B, "
+                             "scaled/overrides/per_role.yaml)")
         for extra in (self.rehearse_model, self.frozen_model):
             if extra is not None:
                 extra.to(self.args.device)
                 add_fused_lm_head(extra.get_base_model() if _is_peft(extra) else extra,
                                   temperature=self.temperature, outputs=("log_probs", "entropy"))
+        if self.frozen_model is not None and self.is_deepspeed_enabled:
+            # as TRL does for its ref model: sharded like the policy under ZeRO-3 (an inference
+            # engine; TRL's fused LM head gathers its weight from the shards)
+            from trl.models import prepare_deepspeed
+
+            self.frozen_model = prepare_deepspeed(self.frozen_model, self.accelerator)
         if self.rehearse_model is not None:
             if self.args.gradient_checkpointing:  # as HF's Trainer does for the policy
                 self.rehearse_model.gradient_checkpointing_enable(
@@ -467,16 +478,33 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             return policy, frozen
         return policy, None
 
+    def _generation_weights(self) -> Any:
+        """Under DeepSpeed ZeRO-3 with HF generation, the policy's full weights for the rollout.
+
+        ``generate`` on sharded weights gathers each layer in every forward pass: a collective
+        that hangs when ranks generate different numbers of tokens or calls. TRL's
+        ``unwrap_model_for_generation`` gathers them once (``ds3_gather_for_generation``, on by
+        default; 2 bytes/parameter per GPU in bf16) so that generation is local to each rank.
+        """
+        if not self.is_deepspeed_enabled or self.use_vllm:
+            return contextlib.nullcontext()
+        from trl.models import unwrap_model_for_generation
+
+        return unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation)
+
     def _rollout(self, tasks: list[Any], k: int, step: int) -> list[Trajectory]:
         if self._rollout_fn is not None:
             return self._rollout_fn(tasks, k, step)
         from envace_lite.rewards import LLMJudge, score_trajectories
         from envace_lite.rollout import close_envs, rollout
 
-        generator, simulator = self._generators(step, len(tasks) * k)
-        trajs = rollout(tasks, generator, self.processing_class, self.cfg, k=k,
-                        mode=ROLLOUT_MODE[self.mode], simulator=simulator,
-                        seed=self.cfg.run.seed * 100_003 + step)
+        with self._generation_weights():
+            generator, simulator = self._generators(step, len(tasks) * k)
+            trajs = rollout(tasks, generator, self.processing_class, self.cfg, k=k,
+                            mode=ROLLOUT_MODE[self.mode], simulator=simulator,
+                            seed=self.cfg.run.seed * 100_003 + step)
         # the checklist judge in every mode, so that the Fig. 3 ablations share one reward
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)

@@ -232,20 +232,22 @@ def plot_act_history(traj: Any, title: str | None = None) -> Figure:
     if len(traj.act_ids) > ends[-1]:
         segments.append((ends[-1], len(traj.act_ids), obs_color))
     with matplotlib.rc_context({**STYLE, "axes.grid": False}):
-        fig = Figure(figsize=(10, 1.9))
+        fig = Figure(figsize=(10, 2.3))
         ax = fig.add_subplot()
         for a, b, color in segments:
-            ax.barh(0, b - a, left=a, height=0.6, color=color, edgecolor="white", linewidth=0.3)
+            ax.barh(0, b - a, left=a, height=0.5, color=color, edgecolor="white", linewidth=0.3)
         for t, (a, b) in enumerate(traj.act_spans):
-            ax.text((a + b) / 2, 0.45, f"a_{t}", ha="center", fontsize=7)
+            ax.text((a + b) / 2, 0.32, f"a_{t}", ha="center", va="bottom", fontsize=7)
+        ax.set_ylim(-0.4, 1.1)
         ax.set_yticks([])
+        ax.set_xlim(0, len(traj.act_ids))
         ax.set_xlabel("token position in the ACT history")
         ax.set_title(title or f"ACT history of {traj.task.id} ({traj.mode})")
         observed = "real o_t" if traj.mode == "real" else "ô_t"
         ax.legend(handles=[Patch(color=ROLE_COLORS["prompt"], label="prompt h_0"),
                            Patch(color=ROLE_COLORS["act"], label="ACT tokens a_t (trained)"),
                            Patch(color=obs_color, label=f"glue + {observed} (not trained)")],
-                  loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=3, fontsize=8)
+                  loc="upper left", ncol=3, fontsize=8)
         fig.tight_layout()
     return fig
 

@@ -460,11 +460,7 @@ def run_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], cfg: C
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     start = time.perf_counter()
-    if w.bf16 and cpu:  # bf16 autocast on CPU (DESIGN §5: 2.7k tokens/s for the micro model)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            trainer.train()
-    else:
-        trainer.train()
+    trainer.train()
     losses = [r for r in trainer.state.log_history if "loss" in r]
     return {"steps": trainer.state.global_step, "seconds": time.perf_counter() - start,
             "loss_first": losses[0]["loss"] if losses else None,

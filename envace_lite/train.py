@@ -53,6 +53,23 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 # ---------------------------------------------------------------------------------------------
 # TRL settings (DESIGN §4)
 # ---------------------------------------------------------------------------------------------
+def per_device_batch(cfg: Config, world: int) -> int:
+    """Rollouts per process and accumulation step: ``prompts_per_step × K / (world × GA)``.
+
+    Raises:
+        ValueError: ``prompts_per_step × num_generations`` does not split evenly over processes
+            and gradient-accumulation steps.
+    """
+    g = cfg.grpo
+    rollouts = g.prompts_per_step * g.num_generations
+    per_device, rest = divmod(rollouts, world * g.gradient_accumulation_steps)
+    if rest or per_device == 0:
+        raise ValueError(f"prompts_per_step × num_generations = {rollouts} rollouts do not split "
+                         f"over {world} process(es) × {g.gradient_accumulation_steps} accumulation "
+                         "steps: change grpo.prompts_per_step or grpo.gradient_accumulation_steps")
+    return per_device
+
+
 def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
     """The ``trl.GRPOConfig`` of a run: one optimizer step per ``prompts_per_step × K`` rollouts.
 
@@ -63,13 +80,8 @@ def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
     import torch
     from trl import GRPOConfig
 
-    g, world = cfg.grpo, int(os.environ.get("WORLD_SIZE", "1"))
-    rollouts = g.prompts_per_step * g.num_generations
-    per_device, rest = divmod(rollouts, world * g.gradient_accumulation_steps)
-    if rest or per_device == 0:
-        raise ValueError(f"prompts_per_step × num_generations = {rollouts} rollouts do not split "
-                         f"over {world} process(es) × {g.gradient_accumulation_steps} accumulation "
-                         "steps: change grpo.prompts_per_step or grpo.gradient_accumulation_steps")
+    g = cfg.grpo
+    per_device = per_device_batch(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     cpu = cfg.model.device == "cpu" or not torch.cuda.is_available()
     rc = cfg.rollout
     vllm = {}  # rollout.generation_backend (scaled/README.md); hf needs none of these

@@ -212,8 +212,9 @@ def render_text(traj: Any, max_chars: int = 300) -> str:
             for j, s in enumerate(x for x in traj.steps if x.turn == o.turn):
                 bad = f"  VIOLATIONS: {'; '.join(s.call.violations)}" if s.call.violations else ""
                 lines.append(f"    a_t: {s.call.name}({cut(_args(s.call.arguments))}){bad}")
-                if s.source != "real" and j < len(rehearsals) and rehearsals[j].parse_kind == "error":
-                    lines.append(f"    REHEARSE parse error {rehearsals[j].error_code}: raw text used")
+                r = rehearsals[j] if s.source != "real" and j < len(rehearsals) else None
+                if r is not None and r.parse_kind == "error":
+                    lines.append(f"    REHEARSE parse error {r.error_code}: raw text used")
                 sym = "o_t" if s.source == "real" else "ô_t"
                 flag = " ERROR" if s.observation.error else ""
                 lines.append(f"    {sym} ({s.source}{flag}): {cut(s.observation.content)}")

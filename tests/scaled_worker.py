@@ -2,9 +2,9 @@
 
 Modes::
 
-    torchrun --nproc_per_node 2 tests/scaled_worker.py train OUT      # 2 GRPO steps through train()
-    torchrun --nproc_per_node 2 tests/scaled_worker.py rollout OUT    # ranks that finish apart
-    torchrun --nproc_per_node 2 tests/scaled_worker.py vllm OUT       # VLLMGenerator server slices
+    torchrun --nproc_per_node 2 tests/scaled_worker.py train OUT        # 2 GRPO steps via train()
+    torchrun --nproc_per_node 2 tests/scaled_worker.py train-real OUT   # ... the model generating
+    torchrun --nproc_per_node 2 tests/scaled_worker.py collectives OUT  # ranks finishing apart
 
 ``train`` runs the same ``envace_lite.train.train`` that the notebooks and the CLI call, on the smoke
 profile's tiny Qwen3, with a scripted policy on two copies of BFCL ``multi_turn_base_0``. It records
@@ -12,10 +12,10 @@ what each rank rolled out (task ids, per-output rewards and advantages, gathered
 ``all_gather_object``) in ``OUT/gathered.jsonl``, so the test can check that the ranks got disjoint
 tasks and that the role baselines equal hand-computed values on the union.
 
-``rollout`` runs ``rollout.rollout`` with ``rollout.sync_generate_calls`` on and off, rank 0's
+``collectives`` runs ``rollout.rollout`` with ``rollout.sync_generate_calls`` on and off, rank 0's
 trajectories stopping after one turn and rank 1's at the turn limit, through a generator that
 performs a collective per call (as vLLM server mode does) and asserts that every rank is in the
-same call. ``vllm`` drives ``VLLMGenerator`` in server mode with a fake client on rank 0.
+same call; then it drives ``VLLMGenerator`` in server mode with a fake client on rank 0.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def scripted_policy(tok) -> ScriptedGenerator:
 
 
 # ---------------------------------------------------------------------------------------------
-def run_train(out: Path) -> None:
+def run_train(out: Path, real: bool = False) -> None:
     from envace_lite.grpo import RoleWiseGRPOTrainer
     from envace_lite.train import train
 
@@ -96,7 +96,10 @@ def run_train(out: Path) -> None:
     RoleWiseGRPOTrainer._generate_and_score_completions = recorded
     cfg = get_config("smoke", {**TINY, "grpo.prompts_per_step": 2, "grpo.num_generations": 2,
                                "grpo.steps": 2, "grpo.save_every": 2})
-    train(cfg, out, generator=scripted_policy(qwen3_tokenizer()), tasks=two_tasks())
+    # train-real: the tiny model generates (HF generate; under ZeRO-3 on gathered weights), and
+    # the ranks' trajectories end at different turns and lengths
+    scripted = None if real else scripted_policy(qwen3_tokenizer())
+    train(cfg, out, generator=scripted, tasks=two_tasks())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +219,10 @@ if __name__ == "__main__":
     mode, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    {"train": run_train, "rollout": run_rollout, "vllm": run_vllm}[mode](out)
+    if mode in ("train", "train-real"):
+        run_train(out, real=mode == "train-real")
+    else:
+        run_rollout(out)
+        run_vllm(out)
     if dist.is_initialized():
         dist.barrier()

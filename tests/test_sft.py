@@ -38,8 +38,8 @@ def tok():
 
 
 def _cfg(**overrides):
-    return get_config("smoke", {"warmstart.max_user_turns": 2, "rollout.max_turns": 12,
-                                **overrides})
+    return get_config("smoke", {"warmstart.max_user_turns": 2, "warmstart.sft_share": 0.5,
+                                "rollout.max_turns": 12, **overrides})
 
 
 def test_transcripts_hold_only_train_split_tasks():
@@ -92,7 +92,7 @@ def _replay_observations(task: Task) -> list[str]:
 
 @pytest.mark.parametrize("suite,n", [("bfcl-base", 3), ("tau2-telecom", 1)])
 def test_every_rehearse_target_is_the_real_environment_output(suite, n):
-    cfg = get_config("smoke", {"grpo.suites": [suite], "warmstart.max_user_turns": 2})
+    cfg = _cfg(**{"grpo.suites": [suite]})
     tasks = training_tasks(cfg, "sft")[:n]
     ts = build_transcripts(tasks, cfg)
     for task in tasks:

@@ -1,0 +1,450 @@
+"""Tests of the notebook course: structure, teach cells, exercises, helpers, headless runner.
+
+Default tier: the structure of every committed notebook, the ``teach`` cells against their package
+twins, the solutions against the check cells, and the runner's failure, timeout and parameter
+handling on small synthetic notebooks. ``slow`` (CI): the whole smoke series through
+``run_series``, and notebook 02 opened alone with its defaults. ``real_model`` (by hand): 02 under
+its real default profile (laptop) with ``jupyter nbconvert --execute``.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from papermill.translators import PythonTranslator
+
+from envace_lite import course
+from envace_lite import notebooks as nbs
+from envace_lite.grpo import rolewise_advantages
+
+NOTEBOOKS = nbs.discover()
+SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",
+          "03_rolewise_advantages"]
+REQUIRED_PARAMETERS = ["profile", "seed", "run_dir", "artifacts_dir"]
+FORBIDDEN = ["!pip", "%pip", "pip install", "login(", "input(", "plt.show", "MPLBACKEND",
+             "matplotlib.use("]
+PARAMETER_LINE = re.compile(r"^(\w+): (str|int|float|bool) = (.+?)  # \S.*$")
+
+
+def load(path: Path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def tagged(nb, tag: str) -> list:
+    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def run_cells(sources: list[str], ns: dict | None = None) -> str:
+    """Exec code cells in one namespace; return what they printed."""
+    ns = {} if ns is None else ns
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for src in sources:
+            exec(compile(src, "<cell>", "exec"), ns)  # noqa: S102 (our own committed cells)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure of every committed notebook
+# ---------------------------------------------------------------------------------------------
+
+def test_the_course_notebooks_exist():
+    stems = [p.stem for p in NOTEBOOKS]
+    assert stems[:4] == SERIES
+    assert all(re.fullmatch(r"\d\d_[a-z0-9_]+", s) for s in stems)
+    assert len({s[:2] for s in stems}) == len(stems)  # one notebook per number
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_structure(path):
+    nb = load(path)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "papermill" not in nb.metadata and "widgets" not in nb.metadata
+    # no outputs, no execution counts, no run metadata
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, c.source[:60]
+        assert not {"papermill", "execution", "collapsed", "scrolled"} & set(c.metadata)
+    # opening cells in order: title + goals + runtime, versions, parameters, config
+    title, versions, params, config = nb.cells[:4]
+    assert title.cell_type == "markdown" and title.source.startswith(f"# {path.stem[:2]} ")
+    assert "Learning goals" in title.source
+    [runtime] = [line for line in title.source.splitlines() if "Expected runtime:" in line]
+    assert re.search(r"smoke ≈ \d+ s", runtime) and re.search(r"laptop ≈ \d+", runtime), runtime
+    assert versions.cell_type == "code" and "versions()" in versions.source
+    assert tagged(nb, "parameters") == [params]  # exactly one, the third cell
+    # flat typed literals, one per line, each with a help comment
+    declared = {}
+    for line in params.source.splitlines():
+        m = PARAMETER_LINE.match(line)
+        assert m, f"not 'name: type = literal  # help': {line!r}"
+        value = ast.literal_eval(m.group(3))
+        assert type(value).__name__ == m.group(2)
+        declared[m.group(1)] = value
+    assert list(declared)[:4] == REQUIRED_PARAMETERS
+    assert declared["profile"] == "laptop" and declared["run_dir"] == ""
+    assert declared["artifacts_dir"] == ""
+    assert nbs.parameters_of(nb) == declared
+    # papermill's own parser reads every parameter with its help text
+    inspected = {p.name: p for p in PythonTranslator.inspect(params)}
+    assert list(inspected) == list(declared) and all(p.help for p in inspected.values())
+    # the config cell rejects unknown names, with exactly the declared list, then builds the config
+    calls = [n for n in ast.walk(ast.parse(config.source)) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", "") == "check_parameters"]
+    assert len(calls) == 1 and ast.literal_eval(calls[0].args[1]) == list(declared)
+    assert config.source.index("check_parameters(") < config.source.index("get_config(profile")
+    # the cells before the config cell bind no public literal (check_parameters relies on it)
+    assert "=" not in versions.source.replace("==", "")
+    # nothing that blocks or breaks headless runs
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for bad in FORBIDDEN:
+        assert bad not in text, bad
+    # 1-3 exercises, each with a check cell that calls check_exercise, and a solutions file
+    exercises, checks = tagged(nb, "exercise"), tagged(nb, "check")
+    assert 1 <= len(exercises) == len(checks) <= 3
+    assert all("check_exercise(" in c.source for c in checks)
+    assert (nbs.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").exists()
+    # figures are saved under the run dir
+    for c in nb.cells:
+        if ".savefig(" in c.source:
+            assert ".savefig(run_dir /" in c.source
+
+
+# ---------------------------------------------------------------------------------------------
+# Teach cells against their package twins, on hand-computed cases
+# ---------------------------------------------------------------------------------------------
+
+# (rewards, task_ids, roles, valid, singleton, expected advantages), computed by hand
+ROLEWISE_CASES = [
+    # μ_{x,act} = (1 + 0 + 0.5) / 3 = 0.5; μ_{x,rehearse} = (1 + 1 + 0) / 3 = 2/3
+    ([1.0, 1.0, 1.0, 0.0, 0.0, 0.5], ["x"] * 6,
+     ["act", "rehearse", "rehearse", "act", "rehearse", "act"], None, "self",
+     [0.5, 1 / 3, 1 / 3, -0.5, -2 / 3, 0.0]),
+    # two tasks; y's lone REHEARSE output: A = 0 (paper) ...
+    ([0.2, 0.6, 0.9, 0.9], ["x", "x", "y", "y"], ["act", "act", "act", "rehearse"], None, "self",
+     [-0.2, 0.2, 0.0, 0.0]),
+    # ... or A = R without a baseline (reference code); y's lone ACT output likewise
+    ([0.2, 0.6, 0.9, 0.9], ["x", "x", "y", "y"], ["act", "act", "act", "rehearse"], None, "none",
+     [-0.2, 0.2, 0.9, 0.9]),
+    # masked outputs: A = 0 and out of the mean, μ_{x,act} = (0.3 + 0.9) / 2 = 0.6
+    ([0.3, 5.0, 0.9, 0.7], ["x"] * 4, ["act", "act", "act", "rehearse"],
+     [True, False, True, True], "self", [-0.3, 0.0, 0.3, 0.0]),
+    # the empty-output penalty enters as the output's own reward: μ_act = (1 - 0.1 + 0) / 3 = 0.3
+    ([1.0, -0.1, 0.0], ["x"] * 3, ["act"] * 3, None, "self", [0.7, -0.4, -0.3]),
+]
+
+
+def teach_twins():
+    """name of an inline teaching function -> (package twin, hand cases, kwargs builder)."""
+    return {"rolewise_advantages_inline": (rolewise_advantages, ROLEWISE_CASES)}
+
+
+def test_every_teach_cell_has_a_package_twin():
+    found = 0
+    for path in NOTEBOOKS:
+        for cell in tagged(load(path), "teach"):
+            defined = [n.name for n in ast.parse(cell.source).body
+                       if isinstance(n, ast.FunctionDef)]
+            assert defined and all(d in teach_twins() for d in defined), (path.stem, defined)
+            found += 1
+    assert found >= 1
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if tagged(load(p), "teach")],
+                         ids=lambda p: p.stem)
+def test_teach_cells_match_the_package(path):
+    for cell in tagged(load(path), "teach"):
+        ns: dict = {}
+        run_cells([cell.source], ns)
+        for name, (twin, cases) in teach_twins().items():
+            if name not in ns:
+                continue
+            inline = ns[name]
+            for rewards, xs, roles, valid, singleton, want in cases:
+                mine = inline(rewards, xs, roles, valid, singleton=singleton)
+                pkg = twin(rewards, xs, roles, valid, singleton=singleton).tolist()
+                assert mine == pytest.approx(want, abs=1e-6)
+                assert pkg == pytest.approx(want, abs=1e-6)
+            rng = random.Random(0)  # and on random groups, against each other
+            for _ in range(50):
+                n = rng.randint(1, 12)
+                args = ([round(rng.uniform(-0.1, 1), 3) for _ in range(n)],
+                        [rng.choice("xyz") for _ in range(n)],
+                        [rng.choice(["act", "rehearse"]) for _ in range(n)],
+                        [rng.random() > 0.2 for _ in range(n)])
+                for singleton in ("self", "none"):
+                    assert inline(*args, singleton=singleton) == pytest.approx(
+                        twin(*args, singleton=singleton).tolist(), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises: the solutions solve every check; the placeholders are "not attempted"
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_solutions_pass_the_check_cells(path):
+    nb = load(path)
+    checks = [c.source for c in tagged(nb, "check")]
+    solution = (nbs.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").read_text()
+    lines = run_cells([solution, *checks]).splitlines()
+    assert lines == [f"Exercise {k}: solved" for k in range(1, len(checks) + 1)]
+    # the committed placeholders: every check says "not attempted", and none raises
+    lines = run_cells([c.source for c in tagged(nb, "exercise")] + checks).splitlines()
+    assert len(lines) == len(checks) and all(": not attempted" in line for line in lines)
+
+
+def test_check_exercise_never_raises(capsys):
+    def boom():
+        raise ZeroDivisionError("x")
+
+    for test, want in ((lambda: True, "solved"), (lambda: None, "not attempted"),
+                       (lambda: False, "wrong"), (lambda: "off by one", "wrong: off by one"),
+                       (boom, "wrong: your code raised ZeroDivisionError: x")):
+        course.check_exercise("E", test)
+        assert capsys.readouterr().out.startswith(f"E: {want}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The helpers of the opening cells
+# ---------------------------------------------------------------------------------------------
+
+def test_check_parameters_rejects_unknown_and_missing_names():
+    import math
+
+    ns = {"profile": "smoke", "seed": 0, "run_dir": "", "artifacts_dir": "", "math": math,
+          "versions": course.versions, "_private": 3, "In": [], "Out": {}}
+    names = ["profile", "seed", "run_dir", "artifacts_dir"]
+    assert course.check_parameters(ns, names) == {"profile": "smoke", "seed": 0, "run_dir": "",
+                                               "artifacts_dir": ""}
+    with pytest.raises(KeyError, match=r"unknown notebook parameter\(s\) \['sede'\]"):
+        course.check_parameters({**ns, "sede": 1}, names)
+    with pytest.raises(KeyError, match=r"\['seed'\] are not set"):
+        course.check_parameters({k: v for k, v in ns.items() if k != "seed"}, names)
+
+
+def test_stage_dir_and_artifact(tmp_path, monkeypatch):
+    from envace_lite.config import get_config
+
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    cfg = get_config("smoke", {"run.seed": 3})
+    alone = course.stage_dir("", "02_x", cfg)
+    assert alone.parent.parent == tmp_path / "runs" / "notebooks"
+    assert alone.parent.name.startswith("smoke__s3__") and alone.name == "02_x"
+    assert json.loads((alone / "config.json").read_text())["run"]["seed"] == 3
+    given = course.stage_dir(str(tmp_path / "series" / "02_x"), "02_x", cfg)
+    assert given == tmp_path / "series" / "02_x" and (given / "config.json").exists()
+    (given / "outputs.jsonl").write_text("{}")
+    found = course.artifact(str(tmp_path / "series"), "02_x", "outputs.jsonl")
+    assert found == given / "outputs.jsonl"
+    assert course.artifact(str(tmp_path / "series"), "02_x", "missing.json") is None
+    assert course.artifact("", "02_x", "outputs.jsonl") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner on small synthetic notebooks (a kernel, no model)
+# ---------------------------------------------------------------------------------------------
+
+def synthetic(folder: Path, stem: str, body: list[str], extra: str = "") -> Path:
+    params = ('profile: str = "laptop"  # the profile\nseed: int = 0  # the seed\n'
+              'run_dir: str = ""  # output folder\nartifacts_dir: str = ""  # earlier outputs\n'
+              + extra)
+    names = [line.split(":")[0] for line in params.splitlines()]
+    config = (f"from pathlib import Path\nfrom envace_lite.course import check_parameters\n"
+              f"check_parameters(globals(), {names!r})\n"
+              "Path(run_dir).mkdir(parents=True, exist_ok=True)")
+    params_cell = new_code_cell(params)
+    params_cell.metadata["tags"] = ["parameters"]
+    cells = [new_markdown_cell(f"# {stem}"), new_code_cell("print('versions')"), params_cell,
+             new_code_cell(config)] + [new_code_cell(b) for b in body]
+    nb = new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = folder / f"{stem}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_series_stops_at_a_failed_cell_and_keeps_what_ran(tmp_path):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    figure = ("from matplotlib.figure import Figure\nfig = Figure()\n"
+              "fig.add_subplot().plot([1, 2])\n"
+              "fig.savefig(Path(run_dir) / 'line.png')\n"
+              "(Path(run_dir) / 'seen.json').write_text(artifacts_dir)")
+    synthetic(src, "00_ok", [figure])
+    synthetic(src, "01_boom", ["x = 1", "raise ValueError('boom in cell five')", "y = 2"])
+    synthetic(src, "02_never", ["pass"])
+    out = tmp_path / "series"
+    with pytest.raises(nbs.NotebookFailed) as err:
+        nbs.run_series("smoke", out=out, source_dir=src)
+    e = err.value
+    assert e.notebook == "01_boom" and e.cell == 5 and e.series_dir == out
+    assert "notebook 01_boom failed at cell 5" in str(e)
+    assert "ValueError: boom in cell five" in str(e)
+    # what ran is kept: the first notebook with its figure and export, the failed one with its error
+    assert (out / "00_ok" / "00_ok.ipynb").exists() and (out / "00_ok" / "00_ok.html").exists()
+    assert (out / "00_ok" / "line.png").exists()
+    assert (out / "00_ok" / "seen.json").read_text() == str(out)  # artifacts_dir = the series
+    params = json.loads((out / "00_ok" / "parameters.json").read_text())
+    assert params == {"profile": "smoke", "seed": 0, "run_dir": str(out / "00_ok"),
+                      "artifacts_dir": str(out)}
+    failed = load(out / "01_boom" / "01_boom.ipynb")
+    assert any(o.get("ename") == "ValueError" for c in failed.cells for o in c.get("outputs", []))
+    assert not (out / "02_never").exists()
+    meta = json.loads((out / "series.json").read_text())
+    assert [s["status"] for s in meta["stages"]] == ["ok", "failed", "not run"]
+    index = (out / "index.html").read_text()
+    assert "href='00_ok/00_ok.ipynb'" in index and "href='00_ok/00_ok.html'" in index
+    assert "<img src='00_ok/line.png'" in index and "failed" in index and "not run" in index
+
+
+def test_unknown_parameter_fails_in_the_notebook_and_foreign_ones_up_front(tmp_path):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    synthetic(src, "00_p", ["print(lr)"], extra="lr: float = 0.1  # learning rate\n")
+    with pytest.raises(ValueError, match="'sede' is declared by none"):
+        nbs.run_series("smoke", out=tmp_path / "a", source_dir=src, parameters={"sede": 1})
+    with pytest.raises(nbs.NotebookFailed, match=r"cell 3.*unknown notebook parameter\(s\) "
+                                                 r"\['sede'\]") as err:
+        nbs.run_series("smoke", out=tmp_path / "b", source_dir=src,
+                       parameters={"00": {"sede": 1}})
+    assert err.value.cell == 3  # the config cell of the committed notebook
+    series = nbs.run_series("smoke", out=tmp_path / "c", source_dir=src, parameters={"lr": 0.5})
+    assert json.loads((series / "00_p" / "parameters.json").read_text())["lr"] == 0.5
+    with pytest.raises(KeyError, match="no notebook matches"):
+        nbs.run_series("smoke", ["07"], out=tmp_path / "d", source_dir=src)
+
+
+def test_a_notebook_past_its_wall_clock_bound_is_stopped(tmp_path):
+    src = tmp_path / "nbs"
+    src.mkdir()
+    synthetic(src, "00_slow", ["import os\n(Path(run_dir) / 'pid').write_text(str(os.getpid()))",
+                               "import time\ntime.sleep(120)"])
+    with pytest.raises(nbs.NotebookFailed, match="wall-clock bound of 10 s") as err:
+        nbs.run_series("smoke", out=tmp_path / "s", source_dir=src, timeout=10)
+    assert err.value.cell == 5
+    kernel = int((tmp_path / "s" / "00_slow" / "pid").read_text())
+    deadline = time.time() + 15
+    while alive(kernel) and time.time() < deadline:  # the kernel does not outlive papermill
+        time.sleep(0.2)
+    assert not alive(kernel)
+    stage = json.loads((tmp_path / "s" / "series.json").read_text())["stages"][0]
+    assert stage["status"] == "timeout" and stage["seconds"] < 40
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_minimal_html_exporter_escapes_and_embeds():
+    nb = new_notebook(cells=[new_markdown_cell("# <b>t</b>"), new_code_cell("x = '<script>'")])
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="<script>1</script>"),
+                           nbformat.v4.new_output("display_data", data={"image/png": "AAAA"})]
+    page = nbs.minimal_html(nb)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "data:image/png;base64,AAAA" in page
+
+
+def test_cli_notebooks_passes_its_options(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    seen = {}
+
+    def fake(profile, names, out, parameters, **kw):
+        seen.update(profile=profile, names=names, out=out, parameters=parameters, **kw)
+        (tmp_path / "series.json").write_text(json.dumps(
+            {"stages": [{"name": "00_tour", "status": "ok", "seconds": 1.5}]}))
+        return tmp_path
+
+    monkeypatch.setattr(nbs, "run_series", fake)
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "00, 02",
+                                   "-p", "suite=bfcl-base", "-p", "02:task_index=3",
+                                   "--timeout", "99"])
+    assert res.exit_code == 0, res.output
+    assert seen == {"profile": "smoke", "names": ["00", "02"], "out": None, "seed": 0,
+                    "parameters": {"suite": "bfcl-base", "02": {"task_index": 3}},
+                    "cell_timeout": None, "timeout": 99}
+    assert "00_tour" in res.output and "ok" in res.output and "index.html" in res.output
+
+
+# ---------------------------------------------------------------------------------------------
+# The real notebooks, executed (slow: CI runs them)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_smoke_series_runs_every_notebook(tmp_path):
+    series = nbs.run_series("smoke", [s[:2] for s in SERIES], out=tmp_path / "series")
+    meta = json.loads((series / "series.json").read_text())
+    assert [s["name"] for s in meta["stages"]] == SERIES
+    assert all(s["status"] == "ok" for s in meta["stages"]), meta
+    index = (series / "index.html").read_text()
+    for stage in meta["stages"]:
+        name = stage["name"]
+        executed = load(series / name / f"{name}.ipynb")
+        outputs = [o for c in executed.cells for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.output_type == "error"]
+        # every figure is saved, linked from the index, and shown in the executed notebook
+        assert stage["figures"], name
+        assert sum("image/png" in o.get("data", {}) for o in outputs) >= len(stage["figures"])
+        for fig in stage["figures"]:
+            assert f"href='{name}/{fig}'" in index
+        assert f"href='{name}/{name}.ipynb'" in index and f"href='{name}/{name}.html'" in index
+        assert (series / name / f"{name}.html").stat().st_size > 10_000
+        text = "".join(o.get("text", "") for o in outputs)
+        assert text.count(": not attempted") == len(tagged(executed, "check"))
+        assert json.loads((series / name / "config.json").read_text())["profile"] == "smoke"
+    # 03 read what 02 wrote, through artifacts_dir
+    executed = load(series / "03_rolewise_advantages" / "03_rolewise_advantages.ipynb")
+    text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert "outputs from " + str(series / "02_act_and_rehearse" / "outputs.jsonl") in text
+
+
+@pytest.mark.slow
+def test_notebook_02_alone_with_its_defaults(tmp_path, monkeypatch):
+    """Opened alone: empty run_dir and artifacts_dir; only the profile is set (to smoke)."""
+    import papermill as pm
+
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "02.ipynb"
+    pm.execute_notebook(str(nbs.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"), str(out),
+                        parameters={"profile": "smoke"}, kernel_name="python3",
+                        execution_timeout=300, progress_bar=False, cwd=str(nbs.NOTEBOOKS_DIR))
+    [stage] = (tmp_path / "runs" / "notebooks").glob("smoke__s0__*/02_act_and_rehearse")
+    assert (stage / "outputs.jsonl").exists() and (stage / "act_history.png").exists()
+    assert json.loads((stage / "config.json").read_text())["profile"] == "smoke"
+
+
+@pytest.mark.real_model
+def test_notebook_02_alone_under_laptop_with_nbconvert(tmp_path):
+    """Its true defaults (laptop: SmolLM2), as a student runs it; minutes on CPU."""
+    env = {**os.environ, "ENVACE_RUNS": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
+                    "--execute", "--ExecutePreprocessor.timeout=1800",
+                    "--ExecutePreprocessor.kernel_name=python3",
+                    str(nbs.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"),
+                    "--output-dir", str(tmp_path)], check=True, env=env, cwd=nbs.NOTEBOOKS_DIR)
+    executed = load(tmp_path / "02_act_and_rehearse.ipynb")
+    assert not [o for c in executed.cells for o in c.get("outputs", [])
+                if o.output_type == "error"]
+    [stage] = (tmp_path / "runs" / "notebooks").glob("laptop__s0__*/02_act_and_rehearse")
+    assert (stage / "outputs.jsonl").exists()
