@@ -350,10 +350,10 @@ def _smoke() -> Config:
         ),
         grpo=GRPOConfig(num_generations=2, prompts_per_step=1, steps=2, learning_rate=1e-4),
         eval=EvalConfig(limit=1, max_turns=3),
-        # a tenth of the tasks, two short rows (one per role): the tiny model's 151k-id head
+        # a tenth of the tasks, one SFT step on a short row: the tiny model's 151k-id head
         # dominates the step time
         warmstart=WarmStartConfig(sft_share=0.1, max_user_turns=1, token_budget=3000,
-                                  max_length=1600, max_steps=2, batch_size=1, logging_steps=1,
+                                  max_length=1600, max_steps=1, batch_size=1, logging_steps=1,
                                   eval_first_turns=0),
         run=RunConfig(progress=False),
     )

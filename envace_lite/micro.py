@@ -2,7 +2,7 @@
 
 A model of a few million parameters learns the ACT/REHEARSE formats in minutes on 2 CPU cores
 (DESIGN §5), which makes every mechanism of the course visible on a laptop. Nothing is faked: the
-tokenizer is trained on the real warm-start transcripts (``sft.transcript_texts`` of the SFT half
+tokenizer is trained on the real warm-start transcripts (``transcript_texts`` of the SFT half
 of the train split, never on test tasks), and the model is a real ``Qwen3ForCausalLM``.
 
 Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
@@ -69,7 +69,7 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""ChatML, append-only (``rollout.chat_glue`` derives its glue from it); ``sft.chatml_text``
+"""ChatML, append-only (``rollout.chat_glue`` derives its glue from it); ``chatml_text``
 renders the same text without a tokenizer."""
 
 _RECIPE = 1
@@ -79,6 +79,27 @@ _RECIPE = 1
 # ---------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------
+def chatml_text(messages: list[dict[str, str]], gen: bool) -> str:
+    """ChatML text of ``messages`` (the micro tokenizer's template; used to train it)."""
+    body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return body + ("<|im_start|>assistant\n" if gen else "")
+
+
+def transcript_texts(ts: Any) -> list[str]:
+    """Every transcript of an ``sft.TranscriptSet`` as ChatML text, in the order
+    ``sft.encode_act``/``encode_rehearse`` pack it (the tokenizer corpus)."""
+    texts = []
+    for tr in ts.act:
+        parts = [chatml_text(tr.prompt, True)]
+        for k, out in enumerate(tr.outputs):
+            parts.append(out + "<|im_end|>")
+            if k < len(tr.glue):
+                parts.append("\n" + chatml_text(tr.glue[k], True))
+        texts.append("".join(parts))
+    texts += [chatml_text(ex.messages, True) + ex.target + "<|im_end|>" for ex in ts.rehearse]
+    return texts
+
+
 def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
 
@@ -119,7 +140,7 @@ def micro_corpus(cfg: Config) -> list[str]:
     The grounding draw uses seed 0 whatever ``run.seed`` is, so every seed of a profile shares
     one tokenizer.
     """
-    from envace_lite.sft import build_transcripts, training_tasks, transcript_texts
+    from envace_lite.sft import build_transcripts, training_tasks
 
     return transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
 
@@ -202,13 +223,7 @@ def measure_vocab(cfg: Config, sizes: tuple[int, ...] = (1024, 2048, 4096, 8192)
     rollouts encode them (``sft.encode_act`` / ``encode_rehearse``). Returns one dict per
     (split, size).
     """
-    from envace_lite.sft import (
-        build_transcripts,
-        encode_act,
-        encode_rehearse,
-        training_tasks,
-        transcript_texts,
-    )
+    from envace_lite.sft import build_transcripts, encode_act, encode_rehearse, training_tasks
 
     sets = {p: build_transcripts(training_tasks(cfg, p), cfg) for p in ("sft", "rl")}
     texts = transcript_texts(sets["sft"])
@@ -230,5 +245,5 @@ def measure_vocab(cfg: Config, sizes: tuple[int, ...] = (1024, 2048, 4096, 8192)
     return table
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "measure_vocab", "micro_corpus", "micro_model",
-           "micro_policy", "micro_tokenizer", "train_bpe"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "measure_vocab", "micro_corpus",
+           "micro_model", "micro_policy", "micro_tokenizer", "train_bpe", "transcript_texts"]

@@ -578,10 +578,10 @@ def close_envs(trajs: list[Trajectory]) -> None:
 __all__ = [
     "MODES",
     "ChatGlue",
-    "any_rank",
     "Output",
     "Step",
     "Trajectory",
+    "any_rank",
     "chat_glue",
     "close_envs",
     "rehearsal_observation",

@@ -30,8 +30,15 @@ after, SFT, and a checkpoint that ``load_policy``/``train``/``evaluate`` accept 
 
 Usage::
 
-    envace-lite warmstart --profile micro
-    python -c "from envace_lite.sft import warmstart; print(warmstart('smoke'))"
+    envace-lite warmstart --profile micro        # prints --set model.checkpoint=<run>/checkpoint
+
+    # then RL on the disjoint RL half, from the warm start:
+    from envace_lite.config import get_config
+    from envace_lite.sft import CHECKPOINT, training_tasks, warmstart
+    from envace_lite.train import train
+    ws = warmstart(get_config("micro", {"run.seed": 0}))
+    cfg = get_config("micro", {"run.seed": 0, "model.checkpoint": str(ws / CHECKPOINT)})
+    train(cfg, tasks=training_tasks(cfg, "rl"))
 """
 from __future__ import annotations
 
@@ -321,26 +328,6 @@ def encode_rehearse(ex: RehearseExample, tokenizer: Any) -> tuple[list[int], lis
     return prompt + target, [0] * len(prompt) + [1] * len(target)
 
 
-def chatml_text(messages: list[dict[str, str]], gen: bool) -> str:
-    """ChatML text of ``messages`` (the micro tokenizer's template; used to train it)."""
-    body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return body + ("<|im_start|>assistant\n" if gen else "")
-
-
-def transcript_texts(ts: TranscriptSet) -> list[str]:
-    """Every transcript as ChatML text, in the order ``encode_*`` packs it (tokenizer corpus)."""
-    texts = []
-    for tr in ts.act:
-        parts = [chatml_text(tr.prompt, True)]
-        for k, out in enumerate(tr.outputs):
-            parts.append(out + "<|im_end|>")
-            if k < len(tr.glue):
-                parts.append("\n" + chatml_text(tr.glue[k], True))
-        texts.append("".join(parts))
-    texts += [chatml_text(ex.messages, True) + ex.target + "<|im_end|>" for ex in ts.rehearse]
-    return texts
-
-
 # ---------------------------------------------------------------------------------------------
 # Rows under a token budget, and held-out first-turn call rates
 # ---------------------------------------------------------------------------------------------
@@ -398,7 +385,8 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
         ``n``: ``parseable``: ``parse_act`` gives ``calls``; ``tool_exists``: and every called
         tool is one of the task's tools; ``args_valid``: and no call has ``violations`` (the JSON
         schema validates); ``first_tool_right``: the first call names the task's first gold tool.
-        Plus ``samples``: the first three replies.
+        Plus ``calls`` (parsed calls in all), ``calls_valid`` (their share without violations)
+        and ``samples`` (the first three replies).
     """
     from envace_lite.generation import HFGenerator
 
@@ -409,10 +397,12 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
         prompts, role="act", max_new_tokens=max_new_tokens or rc.max_new_tokens_act,
         temperature=0.0, top_p=1.0)
     counts = {"parseable": 0, "tool_exists": 0, "args_valid": 0, "first_tool_right": 0}
+    calls = valid = 0
     for t, out in zip(tasks, outs):
         p = protocol.parse_act(out.text, t.tools)
         if p.kind != "calls":
             continue
+        calls, valid = calls + len(p.calls), valid + sum(not c.violations for c in p.calls)
         names = {protocol.function_of(x).get("name") for x in t.tools}
         gold = [c["name"] for turn in t.gold_calls for c in turn]
         counts["parseable"] += 1
@@ -420,7 +410,8 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
         counts["args_valid"] += all(not c.violations for c in p.calls)
         counts["first_tool_right"] += bool(gold) and p.calls[0].name == gold[0]
     n = max(1, len(tasks))
-    return {"n": len(tasks), **{k: v / n for k, v in counts.items()},
+    return {"n": len(tasks), **{k: v / n for k, v in counts.items()}, "calls": calls,
+            "calls_valid": valid / calls if calls else 0.0,
             "samples": [o.text[:300] for o in outs[:3]]}
 
 
@@ -535,5 +526,5 @@ __all__ = [
     "CHECKPOINT", "ActTranscript", "RehearseExample", "TranscriptSet", "build_transcripts",
     "closing_text", "encode_act", "encode_rehearse", "first_turn_call_rates", "heldout_tasks",
     "require_train", "run_sft", "save_checkpoint", "sft_rows", "split_sft_rl", "task_transcripts",
-    "training_tasks", "transcript_texts", "truncate_user_turns", "warmstart",
+    "training_tasks", "truncate_user_turns", "warmstart",
 ]

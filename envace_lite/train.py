@@ -86,15 +86,15 @@ def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
     rc = cfg.rollout
     vllm = {}  # rollout.generation_backend (scaled/README.md); hf needs none of these
     if rc.generation_backend != "hf":
-        vllm = dict(
-            use_vllm=True, vllm_mode=rc.generation_backend.removeprefix("vllm_"),
-            vllm_server_base_url=rc.vllm_server_url,
-            vllm_gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
-            vllm_max_model_length=cfg.model.context_window,
-            vllm_importance_sampling_correction=rc.vllm_importance_sampling,
-            vllm_importance_sampling_mode="token_truncate",
-            vllm_importance_sampling_clip_max=rc.vllm_importance_sampling_cap,
-            max_completion_length=max(rc.max_new_tokens_act, rc.max_new_tokens_rehearse))
+        vllm = {
+            "use_vllm": True, "vllm_mode": rc.generation_backend.removeprefix("vllm_"),
+            "vllm_server_base_url": rc.vllm_server_url,
+            "vllm_gpu_memory_utilization": rc.vllm_gpu_memory_utilization,
+            "vllm_max_model_length": cfg.model.context_window,
+            "vllm_importance_sampling_correction": rc.vllm_importance_sampling,
+            "vllm_importance_sampling_mode": "token_truncate",
+            "vllm_importance_sampling_clip_max": rc.vllm_importance_sampling_cap,
+            "max_completion_length": max(rc.max_new_tokens_act, rc.max_new_tokens_rehearse)}
     return GRPOConfig(**vllm,
         output_dir=str(output_dir), seed=cfg.run.seed, max_steps=g.steps,
         per_device_train_batch_size=per_device,
@@ -290,10 +290,12 @@ def _warn_if_config_changed(run_dir: Path, cfg: Config) -> None:
 
 
 def load_train_tasks(cfg: Config) -> list[Any]:
-    """The train split of every suite in ``grpo.suites``, in the config's rendering."""
-    from envace_lite.data import load_tasks
+    """The RL tasks: the train split of every suite in ``grpo.suites`` less the warm-start (SFT)
+    share (``sft.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every task), so SFT
+    and RL never train on the same task (issue 8)."""
+    from envace_lite.sft import training_tasks
 
-    tasks = [t for s in cfg.grpo.suites for t in load_tasks(s, "train", cfg.rollout.rendering)]
+    tasks = training_tasks(cfg, "rl")
     if not tasks:
         raise ValueError(f"grpo.suites={cfg.grpo.suites} has no train tasks")
     return tasks

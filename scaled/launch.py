@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Launch envace-lite at scale: the notebooks' ``train()`` under accelerate + DeepSpeed, vLLM
 generation, an LLM checklist judge, and the notebook series run headlessly.
 
@@ -32,6 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINT = "envace_lite.train.train (via `python -m envace_lite.cli train`)"
+TRAIN_PARAM = "train_run_dir"
+"""The notebook parameter that receives the accelerate-launched training run (notebook 04 reads
+its metrics and checkpoints instead of training in the kernel, when it declares it)."""
 JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 """The paper's checklist judge (EnvACE §3.1), served as an OpenAI-compatible endpoint."""
 
@@ -276,8 +280,16 @@ def notebook_runner_help() -> str | None:
     if "notebooks" not in [c.name for c in app.registered_commands]:
         return None
     out = subprocess.run([sys.executable, "-m", "envace_lite.cli", "notebooks", "--help"],
-                         capture_output=True, text=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=ROOT, check=False)
     return out.stdout if out.returncode == 0 else None
+
+
+def train_run_readers() -> list[str]:
+    """The committed notebooks that declare ``train_run_dir`` (papermill's own inspection)."""
+    import papermill
+
+    return [nb.stem for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+            if TRAIN_PARAM in papermill.inspect_notebook(str(nb))]
 
 
 def notebook_stages(args: argparse.Namespace, series: str, train_dir: str
@@ -286,12 +298,15 @@ def notebook_stages(args: argparse.Namespace, series: str, train_dir: str
     train_args = argparse.Namespace(**{**vars(args), "run_dir": train_dir})
     stages = [("train", train_command(train_args, train_dir)[0])]
     helptext = notebook_runner_help()
-    if helptext is not None:
+    if helptext is not None:  # `envace-lite notebooks`: papermill, HTML exports, an index page
         cmd = [sys.executable, "-m", "envace_lite.cli", "notebooks", "--profile", args.profile]
-        if "--artifacts-dir" in helptext:
-            cmd += ["--artifacts-dir", train_dir]
-        if "--run-dir" in helptext:
-            cmd += ["--run-dir", series]
+        flags = {"--seed": str(resolve_config(args.profile, args.overrides, args.sets).run.seed),
+                 "--out": series, "--cell-timeout": str(args.cell_timeout)}
+        for flag, value in flags.items():
+            if flag in helptext:
+                cmd += [flag, value]
+        if "--param" in helptext and train_run_readers():  # the runner refuses undeclared ones
+            cmd += ["--param", f"{TRAIN_PARAM}={json.dumps(train_dir)}"]
         stages.append(("notebooks", cmd))
         return stages
     import papermill
@@ -299,10 +314,10 @@ def notebook_stages(args: argparse.Namespace, series: str, train_dir: str
     for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         declared = papermill.inspect_notebook(str(nb))
         params = {"profile": args.profile, "run_dir": f"{series}/{nb.stem}",
-                  "artifacts_dir": train_dir}
+                  "artifacts_dir": series, TRAIN_PARAM: train_dir}
         cmd = [sys.executable, "-m", "papermill", str(nb.relative_to(ROOT)),
-               f"{series}/{nb.stem}/{nb.name}", "--kernel", "python3", "--request-save-on-cell-"
-               "execute", "--execution-timeout", str(args.cell_timeout)]
+               f"{series}/{nb.stem}/{nb.name}", "--kernel", "python3",
+               "--request-save-on-cell-execute", "--execution-timeout", str(args.cell_timeout)]
         for k, v in params.items():
             if k in declared:
                 cmd += ["-p", k, v]
@@ -322,8 +337,9 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
         series = str(new_run_dir("notebooks", cfg.profile, cfg.run.seed, cfg.run.runs_root))
     stages = notebook_stages(args, series, f"{series}/train")
     world = accelerate_world(args.accelerate_config, args.num_processes, args.num_machines)
-    doc = {"entry_point": ENTRY_POINT + ", then the notebooks with artifacts_dir=<series>/train",
+    doc = {"entry_point": ENTRY_POINT + f", then the notebooks with {TRAIN_PARAM}=<series>/train",
            "world_size": world["world_size"], "series_dir": series,
+           "train_run_readers": train_run_readers(),
            "stages": [{"name": n, "command": shlex.join(c)} for n, c in stages],
            "config": cfg.to_dict()}
     if args.dry_run:
@@ -332,7 +348,8 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     for name, cmd in stages:
         start = time.perf_counter()
         print(f"[notebooks] {name}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-        rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **gpu_env(args)}).returncode
+        rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **gpu_env(args)},
+                            check=False).returncode
         print(f"[notebooks] {name}: exit {rc} after {time.perf_counter() - start:.0f} s",
               file=sys.stderr, flush=True)
         if rc:

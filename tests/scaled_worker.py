@@ -30,7 +30,7 @@ import torch.distributed as dist
 from envace_lite import protocol
 from envace_lite.config import get_config
 from envace_lite.data import load_tasks
-from envace_lite.generation import Completion, ScriptedGenerator
+from envace_lite.generation import ScriptedGenerator
 from envace_lite.models import qwen3_tokenizer
 from envace_lite.types import ToolCall
 

@@ -14,17 +14,17 @@ import torch
 
 from envace_lite.config import get_config
 from envace_lite.generation import chat_ids
-from envace_lite.micro import SPECIAL_TOKENS, micro_model, micro_tokenizer, train_bpe
-from envace_lite.models import load_policy
-from envace_lite.rollout import chat_glue
-from envace_lite.sft import (
-    build_transcripts,
+from envace_lite.micro import (
+    SPECIAL_TOKENS,
     chatml_text,
-    encode_act,
-    encode_rehearse,
-    training_tasks,
+    micro_model,
+    micro_tokenizer,
+    train_bpe,
     transcript_texts,
 )
+from envace_lite.models import load_policy
+from envace_lite.rollout import chat_glue
+from envace_lite.sft import build_transcripts, encode_act, encode_rehearse, training_tasks
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from envace_lite.sft import (
     build_transcripts,
     encode_act,
     encode_rehearse,
-    split_sft_rl,
     sft_rows,
+    split_sft_rl,
     training_tasks,
     truncate_user_turns,
     warmstart,
@@ -63,7 +63,7 @@ def test_sft_and_rl_tasks_are_disjoint_and_cover_the_train_split():
     assert len(sft) + len(rl) == len(list_tasks("bfcl-base", "train"))
     assert 0.35 < len(sft) / (len(sft) + len(rl)) < 0.65
     # one BFCL scenario (entry index) lands on one side whatever its category
-    stub = lambda suite, i: Task(f"multi_turn_{suite[5:]}_{i}", suite, "train", [], [], [], [],  # noqa: E731
+    stub = lambda suite, i: Task(f"multi_turn_{suite[5:]}_{i}", suite, "train", [], [], [], [],
                                  [], [])
     base = [stub("bfcl-base", i) for i in range(40)]
     miss = [stub("bfcl-miss_func", i) for i in range(40)]
@@ -157,13 +157,13 @@ def test_sft_rows_respect_the_budget_and_skip_long_rows(tok):
 
 
 def test_smoke_warm_start_end_to_end(tmp_path):
-    """transcripts → SFT (2 steps) → checkpoint → load_policy → generation → committed run."""
+    """transcripts → SFT (1 step) → checkpoint → load_policy → generation → committed run."""
     from envace_lite.evaluate import evaluate_suites
 
     cfg = get_config("smoke", {"warmstart.eval_first_turns": 2})
     run = warmstart(cfg, tmp_path / "ws")
     summary = (run / "summary.json").read_text()
-    assert '"steps": 2' in summary and '"first_turn_after"' in summary
+    assert '"steps": 1' in summary and '"first_turn_after"' in summary
     ckpt = run / CHECKPOINT
     assert (ckpt / "config.json").exists() and (ckpt / "tokenizer_config.json").exists()
     cfg2 = get_config("smoke", {"model.checkpoint": str(ckpt), "eval.limit": 1,
