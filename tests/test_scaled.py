@@ -33,7 +33,10 @@ ACCELERATE = sorted((SCALED / "accelerate").glob("*.yaml"))
 DEEPSPEED = sorted((SCALED / "accelerate").glob("*.json"))
 SHELL = sorted(SCALED.glob("*.sh")) + sorted(SCALED.glob("*.sbatch"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE",
-       "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
+       "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1",
+       # the launchers call `python`/`torchrun`/`accelerate` from PATH: make them this venv's, as
+       # they are for a user with the venv activated (`make test` does not activate it)
+       "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
 
 
 def launcher():
