@@ -19,42 +19,24 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from envace_lite import protocol
 from envace_lite.config import get_config
 from envace_lite.data import load_tasks
-from envace_lite.generation import ScriptedGenerator
 from envace_lite.grpo import REHEARSE_WEIGHTS
 from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
-from envace_lite.types import ToolCall
+
+# the scripted two-rollout policy is shared with the torchrun worker of tests/test_scaled.py
+from scaled_worker import scripted_policy
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64}
 SHORT = {**TINY, "rollout.max_new_tokens_act": 8, "rollout.max_new_tokens_rehearse": 8}
 """The real tiny model's outputs are noise: 8 tokens of it are as good a test as 32."""
-GOOD = protocol.assistant_text([ToolCall("cd", {"folder": "document"})])
-BAD = protocol.assistant_text([ToolCall("cd", {"folder": "nowhere"})])
-RESULT = protocol.rehearsal_text('{"current_working_directory": "document"}')
 KEYS = {"step", "reward/mean", "reward/std", "act/baseline_mean", "rehearse/baseline_mean",
         "act/advantage_mean", "act/advantage_std", "rehearse/advantage_mean",
         "rehearse/advantage_std", "nonzero_adv_group_frac", "act/tokens", "rehearse/tokens",
         "turns_mean", "act/parse_error_rate", "rehearse/parse_error_rate", "violation_rate",
         "masked_frac", "grad_norm", "seconds"}
-
-
-def scripted_policy(tok) -> ScriptedGenerator:
-    """ACT: the gold call, then the wrong call (alternating per rollout), then a final answer."""
-    calls = {"n": 0}
-
-    def answer(role: str, prompt: list[int]) -> str:
-        if role == "rehearse":
-            return RESULT
-        if "<tool_response>" in tok.decode(prompt):
-            return "All done."
-        calls["n"] += 1
-        return GOOD if calls["n"] % 2 else BAD
-
-    return ScriptedGenerator(answer, tok)
 
 
 def base_0():
