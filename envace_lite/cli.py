@@ -297,6 +297,40 @@ def warmstart_cmd(
                f"checkpoint: --set model.checkpoint={out / CHECKPOINT}")
 
 
+@app.command("experiment")
+def experiment_cmd(
+    profile: str = typer.Option("micro", help="smoke | micro | laptop"),
+    seed: int = typer.Option(0, help="run seed (SFT, if run here, and GRPO)"),
+    mode: str | None = typer.Option(None, help="shared | per_role | act_only"),
+    steps: int | None = typer.Option(None, help="GRPO steps (default: the profile's)"),
+    out: str = typer.Option("", help="run folder ('' = runs/experiment/<profile>__s<seed>__"
+                            "<time>); a rerun into it resumes"),
+    warmstart_dir: str = typer.Option("", "--warmstart", help="reuse this warm-start run dir "
+                                      "('' = run the warm start here)"),
+    heldout_every: int = typer.Option(0, help="held-out check every N GRPO steps (0: at the end)"),
+    eval_limit: int | None = typer.Option(None, help="held-out test tasks per suite"),
+    fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """Warm start → held-out check → role-wise GRPO → held-out checks (issue 8's experiment)."""
+    from envace_lite.experiment import run_experiment
+    from envace_lite.paths import new_run_dir
+
+    overrides = {"run.seed": seed, **_parse_overrides(set_)}
+    if mode is not None:
+        overrides["grpo.mode"] = mode
+    if steps is not None:
+        overrides["grpo.steps"] = steps
+    cfg = get_config(profile, overrides)
+    folder = out or new_run_dir("experiment", cfg.profile, seed, cfg.run.runs_root)
+    s = run_experiment(cfg, folder, warmstart_dir=warmstart_dir or None,
+                       heldout_every=heldout_every, eval_limit=eval_limit,
+                       fidelity_limit=fidelity_limit)
+    typer.echo(json.dumps({"window": s["window"], "seconds": s["seconds"],
+                           "points": s["points"]}, indent=1))
+    typer.echo(f"run in {folder}")
+
+
 @app.command("notebooks")
 def notebooks_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),

@@ -121,13 +121,16 @@ def training_tasks(cfg: Config, purpose: str) -> list[Task]:
     """The warm-start (``sft``) or RL (``rl``) tasks of ``cfg``: the train split of
     ``grpo.suites``, split by ``split_sft_rl(warmstart.sft_share)``, each cut to
     ``warmstart.max_user_turns``. RL on a warm-started policy must use ``training_tasks(cfg,
-    "rl")`` (``train(cfg, tasks=...)``) so that no SFT task is trained on twice."""
+    "rl")`` (``train(cfg, tasks=...)``) so that no SFT task is trained on twice, unless
+    ``warmstart.rl_overlap`` asks RL to take every train task (SFT tasks included)."""
     from envace_lite.data import load_tasks
 
     if purpose not in ("sft", "rl"):
         raise ValueError(f"purpose={purpose!r}: use 'sft' or 'rl'")
     tasks = [t for s in cfg.grpo.suites for t in load_tasks(s, "train", cfg.rollout.rendering)]
     sft, rl = split_sft_rl(tasks, cfg.warmstart.sft_share)
+    if purpose == "rl" and cfg.warmstart.rl_overlap:
+        rl = tasks
     return [truncate_user_turns(t, cfg.warmstart.max_user_turns)
             for t in (sft if purpose == "sft" else rl)]
 

@@ -64,16 +64,25 @@ def test_micro_model_is_deterministic(micro_cfg, small_corpus):
 
 
 def test_micro_profile_policy_and_budget(micro_cfg):
-    """The cached profile tokenizer: 4,096 ids; rows of the RL half (never in its corpus) average
-    at most 512 tokens and all fit the SFT max length and the context window."""
+    """The cached profile tokenizer: 4,096 ids; training rows average at most 512 tokens and all
+    fit the SFT max length; held-out (test) first ACT prompts, never in its corpus, too."""
+    from envace_lite import protocol
+    from envace_lite.sft import heldout_tasks
+
     tok = micro_tokenizer(micro_cfg)
     assert len(tok) == micro_cfg.model.vocab_size
     assert micro_tokenizer(micro_cfg).backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    assert micro_cfg.warmstart.rl_overlap and micro_cfg.grpo.suites == ["tau2-telecom"]
     ts = build_transcripts(training_tasks(micro_cfg, "rl"), micro_cfg, tok)
     act = [len(encode_act(a, tok)[0]) for a in ts.act]
     reh = [len(encode_rehearse(r, tok)[0]) for r in ts.rehearse]
     assert sum(act) / len(act) <= 512 and sum(reh) / len(reh) <= 512
     assert max(act + reh) <= micro_cfg.warmstart.max_length <= micro_cfg.model.context_window
+    rc = micro_cfg.rollout
+    held = [len(chat_ids(tok, protocol.act_messages(t.messages, t.tools, rc.rendering,
+                                                   rc.compact_policy_chars, [])))
+            for t in heldout_tasks(micro_cfg, 10)]
+    assert len(held) == 10 and max(held) <= 512
     model, tok2 = load_policy(micro_cfg)
     assert 3e6 < sum(p.numel() for p in model.parameters()) < 6e6
     ids = chat_ids(tok2, [{"role": "user", "content": "ls"}])

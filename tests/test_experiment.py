@@ -1,0 +1,98 @@
+"""The learning experiment (issue 8): window means, the seed rule, segments, RL task overlap, and a
+smoke-size end-to-end run (warm start → held-out checks → GRPO in segments → resume)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from envace_lite.config import get_config
+from envace_lite.envs import list_tasks
+from envace_lite.experiment import _segments, run_experiment, ship, summarize_seeds, window_means
+from envace_lite.sft import training_tasks
+
+
+def test_window_means_by_hand():
+    rewards = [0.0, 0.1, None, 0.2, 0.3, 0.5, 0.6]
+    w = window_means(rewards, window=2)
+    # None is skipped: values 0, .1, .2, .3, .5, .6 -> first (0+.1)/2, last (.5+.6)/2
+    assert w["first"] == pytest.approx(0.05) and w["last"] == pytest.approx(0.55)
+    assert w["gap"] == pytest.approx(0.5)
+    assert window_means([None, None])["gap"] is None
+
+
+def test_summarize_seeds_rule_by_hand():
+    runs = [{"seed": s, "window": {"gap": g}} for s, g in [(0, 0.1), (1, 0.3), (2, -0.1)]]
+    s = summarize_seeds(runs)
+    # mean 0.1; sample std sqrt(((0)^2 + .2^2 + .2^2) / 2) = 0.2; SE = 0.2 / sqrt(3)
+    assert s["mean_gap"] == pytest.approx(0.1)
+    assert s["se"] == pytest.approx(0.2 / math.sqrt(3))
+    assert not s["all_positive"] and not s["passes"]  # 0.1 < 2 × 0.1155
+    ok = summarize_seeds([{"seed": i, "window": {"gap": g}} for i, g in enumerate([.1, .2, .3])])
+    assert ok["all_positive"] and ok["passes"]
+    tight = [{"seed": i, "window": {"gap": g}} for i, g in enumerate([.30, .32, -.01, .31])]
+    # one negative seed, but mean .23 > 2 SE (std .159 / 2 = .0795 → 2 SE .159)
+    assert summarize_seeds(tight)["passes"] and not summarize_seeds(tight)["all_positive"]
+
+
+def test_segments():
+    assert _segments(40, 0) == [40]
+    assert _segments(40, 20) == [20, 40]
+    assert _segments(45, 20) == [20, 40, 45]
+    assert _segments(5, 10) == [5]
+
+
+def test_rl_overlap_gives_rl_every_train_task():
+    base = {"warmstart.max_user_turns": 1, "grpo.suites": ["bfcl-base"]}
+    disjoint = get_config("smoke", {**base, "warmstart.sft_share": 0.5})
+    overlap = get_config("smoke", {**base, "warmstart.sft_share": 1.0,
+                                   "warmstart.rl_overlap": True})
+    every = set(list_tasks("bfcl-base", "train"))
+    assert {t.id for t in training_tasks(overlap, "rl")} == every
+    assert {t.id for t in training_tasks(overlap, "sft")} == every
+    rl = {t.id for t in training_tasks(disjoint, "rl")}
+    assert rl < every and not rl & {t.id for t in training_tasks(disjoint, "sft")}
+    assert all(len(t.user_turns) <= 1 for t in training_tasks(overlap, "rl"))
+
+
+@pytest.mark.slow
+def test_smoke_experiment_end_to_end_and_resume(tmp_path):
+    cfg = get_config("smoke", {"grpo.steps": 2, "eval.max_turns": 1, "eval.suites": ["bfcl-base"],
+                               "rollout.max_new_tokens_act": 8,
+                               "rollout.max_new_tokens_rehearse": 8})
+    s = run_experiment(cfg, tmp_path, heldout_every=1, eval_limit=1, fidelity_limit=1)
+    stages = [(p["stage"], p["step"]) for p in s["points"]]
+    assert stages == [("before_sft", 0), ("after_sft", 0), ("step", 1), ("after_envace", 2)]
+    assert s["seconds"]["warmstart"] > 0 and s["seconds"]["total"] >= s["seconds"]["warmstart"]
+    for p in s["points"]:
+        assert p["tasks"] == 1 and 0.0 <= p["committed_reward"] <= 1.0
+        assert p["fidelity_pairs"] >= 1
+    rows = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().split("\n")
+            if x]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert s["window"]["first"] is not None
+    # a rerun resumes: no new held-out points, no new training rows
+    again = run_experiment(cfg, tmp_path, heldout_every=1, eval_limit=1, fidelity_limit=1)
+    assert again["points"] == s["points"]
+    assert len((tmp_path / "train" / "metrics.jsonl").read_text().split("\n")) == 3
+
+
+def test_ship_copies_results_and_writes_meta(tmp_path):
+    out = tmp_path / "run"
+    (out / "train").mkdir(parents=True)
+    (out / "train" / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    (out / "heldout.json").write_text('{"points": []}')
+    (out / "summary.json").write_text(json.dumps({"profile": "micro", "seed": 2, "mode": "shared",
+                                                  "steps": 40, "seconds": {"total": 1.0}}))
+    with pytest.raises(FileNotFoundError):
+        ship(tmp_path / "missing", tmp_path / "x", "cmd")
+    dest = ship(out, tmp_path / "ref" / "shared_s2", "envace-lite experiment --seed 2", "abc123")
+    meta = json.loads((dest / "meta.json").read_text())
+    assert meta["commit"] == "abc123" and meta["seed"] == 2 and meta["source"] == "shipped"
+    assert meta["command"] == "envace-lite experiment --seed 2" and meta["steps"] == 40
+    assert (dest / "metrics.jsonl").read_text() == '{"step": 1, "reward/mean": 0.5}\n'
+    assert not (dest / "train").exists()
