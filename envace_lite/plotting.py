@@ -19,6 +19,7 @@ from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 STYLE = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "axes.grid": True,
@@ -284,7 +285,313 @@ def plot_advantages(rows: list[dict[str, Any]] | Any, title: str | None = None) 
     return fig
 
 
+# ---------------------------------------------------------------------------------------------
+# Training and evaluation figures (notebooks 04-07)
+# ---------------------------------------------------------------------------------------------
+
+MODE_COLORS = {"shared": "#1f77b4", "per_role": "#ef6c00", "act_only": "#2e7d32",
+               "act_only_real": "#7b1fa2", "base": "#777777"}
+"""Colours of the training modes (paper Fig. 3's variants)."""
+HELDOUT_SERIES = (("committed_reward", "held-out committed reward (real env, Non-TTS)", "#d62728",
+                   "s"),
+                  ("fidelity_exact", "held-out fidelity: exact ô = o", "#9467bd", "^"),
+                  ("fidelity_error_agreement", "held-out fidelity: error agreement", "#8c564b",
+                   "v"))
+"""``(key, label, colour, marker)`` of the held-out points of ``plot_training_curves``."""
+
+
+def metric_rows(metrics: Any) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl``: from its path, its run dir, a list of rows or a DataFrame."""
+    if hasattr(metrics, "to_dict"):
+        return metrics.to_dict("records")
+    if isinstance(metrics, (str, Path)):
+        path = Path(metrics)
+        path = path / "metrics.jsonl" if path.is_dir() else path
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return list(metrics)
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of ``key`` over rows that have a finite value."""
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(key)
+        if v is not None and isinstance(v, (int, float)) and math.isfinite(v):
+            xs.append(float(r["step"]))
+            ys.append(float(v))
+    return xs, ys
+
+
+def _smooth(ys: list[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points (1: unchanged)."""
+    if window <= 1:
+        return list(ys)
+    return [sum(ys[max(0, i - window + 1):i + 1]) / len(ys[max(0, i - window + 1):i + 1])
+            for i in range(len(ys))]
+
+
+def plot_training_curves(metrics: Any, heldout: list[dict[str, Any]] | None = None, *,
+                         profile: str, source: str, mode: str = "shared", smooth: int = 1,
+                         diagnostics: bool = True) -> Figure:
+    """Paper Fig. 5-style: the training-task reward per step, with held-out points on the same axes.
+
+    Left axes: ``reward/mean`` of each step's rollouts, i.e. the checklist reward of TRAINING
+    tasks under rehearsal (ô from REHEARSE, nothing executed); optionally smoothed. The held-out
+    checkpoints (``heldout``: ``{"stage", "step", "committed_reward", "fidelity_exact",
+    "fidelity_error_agreement"}``, e.g. ``micro_training/heldout.json``'s ``checkpoints``) are
+    drawn on the SAME axes, one labelled series per quantity, each point annotated with its stage.
+    Right axes (``diagnostics``): ACT's parse-error rate and the share of (task, role) groups with a
+    non-zero advantage (the learning signal).
+
+    Args:
+        metrics: a run dir, a ``metrics.jsonl`` path, its rows or a DataFrame.
+        heldout: held-out checkpoint points (None: none drawn).
+        profile, source: named in the title, e.g. ``"micro"`` and ``"shipped (micro, s0, 1a2b3c4)"``
+            or ``"fresh"``.
+        mode: the training mode, named in the legend.
+        smooth: moving-average window of the reward curve (the raw points are drawn faintly).
+        diagnostics: add the right-hand diagnostics axes.
+    """
+    rows = metric_rows(metrics)
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(11 if diagnostics else 6.5, 4.4))
+        ax = fig.add_subplot(1, 2 if diagnostics else 1, 1)
+        xs, ys = _series(rows, "reward/mean")
+        color = MODE_COLORS.get(mode, "#1f77b4")
+        if smooth > 1 and ys:
+            ax.plot(xs, ys, color=color, alpha=0.25, lw=0.8)
+        label = (f"{mode}: training-task reward under rehearsal"
+                 + (f" (moving avg {smooth})" if smooth > 1 else ""))
+        ax.plot(xs, _smooth(ys, smooth), color=color, lw=1.8, label=label)
+        for key, text, col, marker in HELDOUT_SERIES:
+            pts = sorted((float(c["step"]), float(c[key]), c.get("stage", ""))
+                         for c in heldout or [] if c.get(key) is not None)
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="--", marker=marker, color=col,
+                    label=text)
+            if key == "committed_reward":
+                for x, y, stage in pts:
+                    ax.annotate(stage.replace("_", " "), (x, y), textcoords="offset points",
+                                xytext=(4, 6), fontsize=7, color=col)
+        ax.set_xlabel("GRPO step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("reward / agreement (0-1)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"Training curve, {profile} ({source})")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+        if diagnostics:
+            dx = fig.add_subplot(1, 2, 2)
+            for key, text, col in (("act/parse_error_rate", "ACT parse-error rate", "#c62828"),
+                                   ("rehearse/parse_error_rate", "REHEARSE parse-error rate",
+                                    "#ef6c00"),
+                                   ("nonzero_adv_group_frac", "groups with A ≠ 0", "#2e7d32")):
+                x, y = _series(rows, key)
+                if y:
+                    dx.plot(x, _smooth(y, smooth), label=text, color=col)
+            dx.set_ylim(-0.05, 1.05)
+            dx.set_xlabel("GRPO step")
+            dx.xaxis.set_major_locator(MaxNLocator(integer=True))
+            dx.set_title(f"Diagnostics, {mode} ({source})")
+            dx.legend(fontsize=7)
+        fig.tight_layout()
+    return fig
+
+
+def plot_mode_curves(runs: dict[str, list[Any]], *, profile: str, source: str,
+                     metric: str = "reward/mean", smooth: int = 1) -> Figure:
+    """One curve per training mode: the mean over seeds with a min-max band.
+
+    Args:
+        runs: ``{mode: [metrics of seed 0, metrics of seed 1, ...]}``; each item is anything
+            ``metric_rows`` reads. Seeds are aligned by step (a step missing in a seed is left out
+            of that step's mean).
+        profile, source: named in the title.
+        metric: the ``metrics.jsonl`` key drawn.
+        smooth: moving-average window, applied per seed before averaging.
+    """
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(6.5, 3.8))
+        ax = fig.add_subplot()
+        for mode, seeds in runs.items():
+            per_step: dict[float, list[float]] = {}
+            for m in seeds:
+                xs, ys = _series(metric_rows(m), metric)
+                for x, y in zip(xs, _smooth(ys, smooth)):
+                    per_step.setdefault(x, []).append(y)
+            if not per_step:
+                continue
+            steps = sorted(per_step)
+            mean = [sum(per_step[s]) / len(per_step[s]) for s in steps]
+            color = MODE_COLORS.get(mode)
+            n = len(seeds)
+            ax.plot(steps, mean, color=color, lw=1.8,
+                    label=f"{mode} (mean of {n} seed{'s' if n != 1 else ''})")
+            if n > 1:
+                ax.fill_between(steps, [min(per_step[s]) for s in steps],
+                                [max(per_step[s]) for s in steps], color=color, alpha=0.2)
+        ax.set_xlabel("GRPO step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} by mode, {profile} ({source}); band: min-max over seeds",
+                     fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def plot_ablation(ours: dict[str, float | None], *, profile: str, source: str,
+                  paper: dict[str, float] | None = None, ylabel: str = "score (%)",
+                  errors: dict[str, float] | None = None,
+                  title: str = "Ablation (paper Fig. 3 shape)") -> Figure:
+    """Paper Fig. 3-style bars: one bar per method, ours beside the paper's (optional).
+
+    Args:
+        ours: ``{method: value in %}`` (None: not run, drawn as a gap with "n/a").
+        profile, source: named in the title and the legend.
+        paper: ``{method: value in %}`` from the paper, drawn as grey bars for the same methods
+            (a different model and benchmark: context, not a target).
+        ylabel: the y-axis label (say what the number is).
+        errors: ``{method: half-width}`` error bars on ours (e.g. the spread across seeds).
+        title: the axes title; the profile and source are appended.
+    """
+    methods = list(ours) + [m for m in (paper or {}) if m not in ours]
+    xs = list(range(len(methods)))
+    width = 0.4 if paper else 0.7
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(max(5.0, 1.3 * len(methods) + 2), 3.8))
+        ax = fig.add_subplot()
+        vals = [ours.get(m) for m in methods]
+        shift = -width / 2 if paper else 0.0
+        bars = ax.bar([x + shift for x in xs], [0.0 if v is None else v for v in vals], width,
+                      color=[MODE_COLORS.get(m, "#1f77b4") for m in methods],
+                      yerr=[(errors or {}).get(m, 0.0) for m in methods] if errors else None,
+                      label=f"ours: {profile}, {source}")
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(),
+                    "n/a" if v is None else f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+        if paper:
+            pb = ax.bar([x + width / 2 for x in xs], [paper.get(m, 0.0) for m in methods], width,
+                        color="#bbbbbb", label="paper (Qwen3-8B, τ²-Bench)")
+            for b, m in zip(pb, methods):
+                if m in paper:
+                    ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{paper[m]:.1f}",
+                            ha="center", va="bottom", fontsize=8, color="#555555")
+        ax.set_xticks(xs)
+        ax.set_xticklabels(methods, fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}: {profile} ({source})", fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, source: str,
+                          metric: str = "exact_match", top: int = 12) -> Figure:
+    """Per-tool fidelity bars: ``metric`` of each tool's held-out pairs, with the pair counts.
+
+    Args:
+        report: ``fidelity.audit``'s report, or its JSON file.
+        profile, source: named in the title.
+        metric: a rate of ``fidelity.aggregate`` (``exact_match``, ``error_agreement``,
+            ``field_recall`` ...).
+        top: draw the tools with the most pairs, at most this many.
+    """
+    report = _load(report)
+    tools = report["held_out"]["slices"].get("tool", {})
+    ranked = sorted(tools.items(), key=lambda kv: (-kv[1]["pairs"], kv[0]))[:top]
+    upper = ((report.get("grounded_upper_bound") or {}).get("slices") or {}).get("tool", {})
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(max(5.0, 0.7 * len(ranked) + 2), 3.8))
+        ax = fig.add_subplot()
+        xs = list(range(len(ranked)))
+        width = 0.4 if upper else 0.7
+        vals = [100 * (m.get(metric) or 0.0) for _, m in ranked]
+        bars = ax.bar([x - (width / 2 if upper else 0) for x in xs], vals, width,
+                      color=COLORS["held_out"], label="held-out, <unavailable>")
+        for b, (_, m) in zip(bars, ranked):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"n={m['pairs']}",
+                    ha="center", va="bottom", fontsize=7)
+        if upper:
+            ax.bar([x + width / 2 for x in xs],
+                   [100 * ((upper.get(t) or {}).get(metric) or 0.0) for t, _ in ranked], width,
+                   color=COLORS["upper_bound"], label="grounded UPPER BOUND (train)")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([t for t, _ in ranked], rotation=35, ha="right", fontsize=8)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel(f"{metric} (%)")
+        ax.set_title(f"Fidelity per tool ({metric}), {profile} ({source})", fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def plot_rehearsal_cost(rows: list[dict[str, Any]] | str | Path, *, profile: str,
+                        source: str) -> Figure:
+    """What private rehearsal costs per committed episode, by configuration (paper §2.3).
+
+    Left: imagined calls (REHEARSE outputs), real calls of the committed run and real calls
+    during rehearsal (always 0), summed per configuration. Right: generated rehearsal tokens and
+    memory tokens. The point of the figure: rehearsal spends tokens, never real calls.
+
+    Args:
+        rows: ``run_committed``/``evaluate`` rows (or a ``results.jsonl`` path).
+        profile, source: named in the title.
+    """
+    if isinstance(rows, (str, Path)):
+        rows = [json.loads(x) for x in Path(rows).read_text().splitlines() if x.strip()]
+    labels: list[str] = []
+    for r in rows:
+        mode = r.get("rehearsal", "none")
+        lab = "none" if mode == "none" else f"{mode} N={r.get('n', 0)}"
+        if lab not in labels:
+            labels.append(lab)
+
+    def total(lab: str, key: str) -> float:
+        return float(sum(r.get(key, 0) or 0 for r in rows
+                         if (("none" if r.get("rehearsal", "none") == "none"
+                              else f"{r['rehearsal']} N={r.get('n', 0)}") == lab)))
+
+    xs = list(range(len(labels)))
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(10, 3.6))
+        ax, tx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        for j, (key, text, color) in enumerate((
+                ("rehearse_outputs", "imagined calls (REHEARSE outputs)", ROLE_COLORS["rehearse"]),
+                ("real_calls", "real calls (committed run)", ROLE_COLORS["real"]),
+                ("rehearsal_real_calls", "real calls during rehearsal", "#c62828"))):
+            vals = [total(lab, key) for lab in labels]
+            bars = ax.bar([x + (j - 1) * 0.27 for x in xs], vals, 0.27, label=text, color=color)
+            for b, v in zip(bars, vals):
+                ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{v:.0f}", ha="center",
+                        va="bottom", fontsize=7)
+        top = max([total(lab, k) for lab in labels
+                   for k in ("rehearse_outputs", "real_calls", "rehearsal_real_calls")] + [0.0])
+        ax.set_ylim(0, max(1.0, 1.15 * top))
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels)
+        ax.set_ylabel(f"calls over {len(rows)} episodes")
+        ax.set_title(f"Calls, {profile} ({source})", fontsize=10)
+        ax.legend(fontsize=7)
+        for j, (key, text, color) in enumerate((
+                ("rehearsal_tokens", "rehearsal tokens (attempts, feedback, memory)",
+                 ROLE_COLORS["rehearse"]),
+                ("memory_tokens", "memory m_x tokens", ROLE_COLORS["simulator"]))):
+            tx.bar([x + (j - 0.5) * 0.4 for x in xs], [total(lab, key) for lab in labels], 0.4,
+                   label=text, color=color)
+        tx.set_xticks(xs)
+        tx.set_xticklabels(labels)
+        tx.set_ylabel("generated tokens")
+        tx.set_title(f"Tokens, {profile} ({source})", fontsize=10)
+        tx.legend(fontsize=7)
+        fig.tight_layout()
+    return fig
+
+
 __all__ = [
-    "COLORS", "ROLE_COLORS", "STYLE", "plot_act_history", "plot_advantages", "plot_budget_sweep",
-    "plot_data_card", "plot_fidelity", "plot_rollout_kinds",
+    "COLORS", "HELDOUT_SERIES", "MODE_COLORS", "ROLE_COLORS", "STYLE", "metric_rows",
+    "plot_ablation", "plot_act_history", "plot_advantages", "plot_budget_sweep", "plot_data_card",
+    "plot_fidelity", "plot_fidelity_by_tool", "plot_mode_curves", "plot_rehearsal_cost",
+    "plot_rollout_kinds",
+    "plot_training_curves",
 ]

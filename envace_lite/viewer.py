@@ -11,7 +11,9 @@ sanitisers and ``nbconvert`` exports.
 CSS classes name what a block is (tests and custom styles rely on them): ``envace-act``,
 ``envace-rehearse`` (a REHEARSE output), ``envace-obs-real``, ``envace-obs-rehearsed``,
 ``envace-obs-frozen_simulator``, ``envace-user``, ``envace-call``, ``envace-violation``,
-``envace-parse-error``, ``envace-counter``.
+``envace-parse-error``, ``envace-counter``; for a committed episode (``render_episode``) also
+``envace-episode``, ``envace-rehearsal``, ``envace-attempt``, ``envace-feedback``, ``envace-memory``,
+``envace-memory-message`` and ``envace-committed``.
 
 Usage::
 
@@ -19,6 +21,7 @@ Usage::
     from envace_lite.viewer import render_text, render_trajectory
     display(HTML(render_trajectory(trajs[0])))
     print(render_text(trajs[0]))          # the plain-text fallback
+    display(HTML(render_episode(episode, row)))   # a committed run with its private rehearsal
 """
 from __future__ import annotations
 
@@ -240,4 +243,153 @@ class TrajectoryView:
         return render_text(self.traj)
 
 
-__all__ = ["COLORS", "SOURCE_LABELS", "TrajectoryView", "render_text", "render_trajectory"]
+# ---------------------------------------------------------------------------------------------
+# A committed episode with its private rehearsal (paper §2.3; notebook 05)
+# ---------------------------------------------------------------------------------------------
+
+def _rehearsal_block(rec: Any, max_chars: int) -> str:
+    """One ``TurnRehearsal``: its N imagined attempts with their feedback f, then m_x."""
+    attempts = len(rec.attempts)
+    head = _badge(f"PRIVATE REHEARSAL · user turn {rec.user_turn + 1} · {rec.mode}, N={attempts}",
+                  "rehearse", "envace-role")
+    head += _badge(f"real calls during rehearsal: {rec.real_calls}", "rehearsed",
+                   "envace-counter")
+    parts = [head]
+    for a in rec.attempts:
+        inner = render_trajectory(a.trajectory, title=f"imagined attempt τ̃^({a.index})",
+                                  max_chars=max_chars)
+        fb = a.feedback
+        if fb is None:
+            fbody = _badge("FEEDBACK f", "rehearse") + "(not written)"
+        else:
+            fbody = _badge(f"FEEDBACK f^({a.index})", "rehearse")
+            if not fb.ok:
+                fbody += _badge(f"feedback parse error: {fb.error}", "error", "envace-parse-error")
+            fbody += (f"<div><b>assessment</b>{_pre(fb.assessment or '(none)', max_chars)}</div>"
+                      f"<div><b>revision</b>{_pre(fb.revision or '(none)', max_chars)}</div>")
+        parts.append(_box("rehearse", "envace-attempt",
+                          f"<details><summary>attempt {a.index} of {attempts}: "
+                          f"{html.escape(str(a.trajectory.stop_reason))}, "
+                          f"{len(a.trajectory.steps)} imagined call(s)</summary>{inner}</details>"
+                          + _box("rehearse", "envace-feedback", fbody, indent=12), indent=12))
+    mem = rec.memory
+    if mem is not None:
+        mb = _badge("MEMORY m_x", "frozen_simulator")
+        flags = [f for f, on in (("empty: no memory message inserted", mem.empty),
+                                 ("truncated", mem.truncated),
+                                 ("no <memory> tag: visible text used", not mem.parsed)) if on]
+        mb += "".join(_badge(f, "error") for f in flags)
+        mb += f" {mem.tokens} tokens" + _pre(mem.text or "(empty)", max_chars)
+        parts.append(_box("frozen_simulator", "envace-memory", mb, indent=12))
+    return _box("rehearse", "envace-rehearsal", "\n".join(parts))
+
+
+def render_episode(ep: Any, row: dict[str, Any] | None = None, *, title: str | None = None,
+                   max_chars: int = 1500) -> str:
+    """A committed execution (``commit.Episode``) as HTML: private rehearsal, then the real run.
+
+    Per user turn: the user message; the turn's PRIVATE REHEARSAL (each imagined attempt τ̃^(n)
+    drawn by ``render_trajectory`` in a collapsed block, its FEEDBACK f^(n), the MEMORY m_x, and
+    the real-call counter of the rehearsal, which is 0); then the COMMITTED execution: each ACT
+    reply and the REAL observations ``env.step`` returned, numbered by the real-call counter. The
+    memory message that joined the committed history is shown where it was inserted.
+
+    Args:
+        ep: a finished or live ``commit.Episode``.
+        row: its result row from ``run_committed`` (reward, stop reason), if any.
+        title: a heading (escaped).
+        max_chars: cap per text block; 0 = no cap.
+
+    Returns:
+        HTML (a ``<div class="envace-episode">``).
+    """
+    from envace_lite import protocol
+
+    parts = [('<div class="envace-episode" style="font-family:sans-serif;font-size:13px;'
+              'max-width:980px">')]
+    if title:
+        parts.append(f'<h4 style="margin:4px 0">{html.escape(title)}</h4>')
+    real_calls = ep.env.real_calls
+    reward = "not scored" if row is None else f"R = {row['reward']:.3f}"
+    mode = ep.rehearsals[0].mode if ep.rehearsals else "none"
+    fields = [("task", ep.task_id), ("suite", ep.suite), ("rehearsal", mode),
+              ("N", len(ep.rehearsals[0].attempts) if ep.rehearsals else 0),
+              ("stop", ep.stop_reason or "(live)"), ("ACT turns", ep.turns), ("reward", reward)]
+    body = " · ".join(f"<b>{html.escape(k)}</b>: {_esc(v, 200)}" for k, v in fields)
+    counter = _badge(f"real calls: {real_calls}", "real" if real_calls else "rehearsed",
+                     "envace-counter")
+    parts.append(f'<div class="envace-head" style="margin-bottom:6px">{counter} {body}</div>')
+    rehearsals = {rec.user_turn: rec for rec in ep.rehearsals}
+    steps = {e["history_len"]: e for e in ep.events if e["kind"] == "step"}
+    memory_prefix = prompts_memory_prefix()
+    user_turn, count, skip = 0, 0, set()
+
+    def user_block(content: str) -> None:
+        nonlocal user_turn
+        user_turn += 1
+        parts.append(_box("user", "envace-user",
+                          _badge(f"USER turn {user_turn}", "user") + _pre(content, max_chars)))
+        if user_turn - 1 in rehearsals:
+            parts.append(_rehearsal_block(rehearsals[user_turn - 1], max_chars))
+        parts.append(_box("real", "envace-committed",
+                          _badge(f"COMMITTED execution · user turn {user_turn}", "real")
+                          + " every call below is executed by env.step"))
+
+    for m in ep.messages:
+        if m.get("role") == "user":
+            user_block(str(m.get("content", "")))
+    for i, m in enumerate(ep.history):
+        content = str(m.get("content", ""))
+        if i in skip:
+            continue
+        if m["role"] == "assistant":
+            parsed = protocol.parse_act(content, ep.env.tool_schemas())
+            badges = _badge("ACT (committed)", "act", "envace-role")
+            badges += _badge({"calls": "tool calls a_t", "final": "final answer",
+                              "error": "PARSE ERROR"}.get(parsed.kind, parsed.kind),
+                             "error" if parsed.kind == "error" else "act")
+            parts.append(_box("error" if parsed.kind == "error" else "act", "envace-act",
+                              badges + _pre(content or "(empty output)", max_chars)))
+            event = steps.get(i + 1)
+            if event is not None:
+                skip.add(i + 1)
+                for call, obs in zip(event["calls"], event["observations"]):
+                    count += 1
+                    line = (f'<span class="envace-call"><b>a_t</b> = <code>'
+                            f'{_esc(call["name"], 200)}({_esc(_args(call["arguments"]), 600)})'
+                            '</code></span>')
+                    parts.append(_box("act", "envace-call-box", line, indent=24))
+                    ob = _badge(f"{SOURCE_LABELS['real']} · real call #{count}", "real")
+                    if obs.get("error"):
+                        ob += _badge("error observation", "error")
+                    if obs.get("state_changed"):
+                        ob += _badge("state changed", "real")
+                    parts.append(_box("real", "envace-obs envace-obs-real",
+                                      ob + _pre(obs.get("content", ""), max_chars), indent=48))
+        elif content.startswith(memory_prefix):
+            parts.append(_box("frozen_simulator", "envace-memory-message",
+                              _badge("m_x joins the committed history (user-role message)",
+                                     "frozen_simulator") + _pre(content, max_chars), indent=24))
+        elif content.lstrip().startswith("<tool_response>"):  # e.g. a call the write gate refused
+            parts.append(_box("error", "envace-obs envace-obs-refused",
+                              _badge("not executed (refused by the write gate)", "error")
+                              + _pre(content, max_chars), indent=48))
+        else:
+            user_block(content)
+    stop = ep.stop_reason or "(still running)"
+    parts.append(_box("user", "envace-stop", _badge(f"stop: {stop}", "user")
+                      + f" after {ep.turns} ACT outputs; real calls: {real_calls}"
+                      + f"; real calls during rehearsal: {ep.rehearsal_real_calls}"))
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def prompts_memory_prefix() -> str:
+    """The fixed start of the memory message (``prompts.MEMORY_MESSAGE``), to recognise it."""
+    from envace_lite.prompts import MEMORY_MESSAGE
+
+    return MEMORY_MESSAGE.split("{memory}")[0].split("\n")[0]
+
+
+__all__ = ["COLORS", "SOURCE_LABELS", "TrajectoryView", "render_episode", "render_text",
+           "render_trajectory"]

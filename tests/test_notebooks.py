@@ -2,9 +2,9 @@
 
 Default tier: the structure of every committed notebook, the ``teach`` cells against their package
 twins, the solutions against the check cells, and the runner's failure, timeout and parameter
-handling on small synthetic notebooks. ``slow`` (CI): the whole smoke series through
-``run_series``, and notebook 02 opened alone with its defaults. ``real_model`` (by hand): 02 under
-its real default profile (laptop) with ``jupyter nbconvert --execute``.
+handling on small synthetic notebooks. ``slow`` (CI): the whole smoke series (00-07) through
+``run_series``, and notebook 02 opened alone with its defaults. ``real_model`` (by hand): 02 and 05
+under their real default profile (laptop) with ``jupyter nbconvert --execute``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from envace_lite.grpo import rolewise_advantages
 
 NOTEBOOKS = nbs.discover()
 SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",
-          "03_rolewise_advantages"]
+          "03_rolewise_advantages", "04_training_with_trl", "05_private_rehearsal",
+          "06_evaluation_and_figures", "07_fidelity_audit"]
 REQUIRED_PARAMETERS = ["profile", "seed", "run_dir", "artifacts_dir"]
 FORBIDDEN = ["!pip", "%pip", "pip install", "login(", "input(", "plt.show", "MPLBACKEND",
              "matplotlib.use("]
@@ -62,7 +63,7 @@ def run_cells(sources: list[str], ns: dict | None = None) -> str:
 
 def test_the_course_notebooks_exist():
     stems = [p.stem for p in NOTEBOOKS]
-    assert stems[:4] == SERIES
+    assert stems == SERIES
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+", s) for s in stems)
     assert len({s[:2] for s in stems}) == len(stems)  # one notebook per number
 
@@ -332,8 +333,9 @@ def test_a_notebook_past_its_wall_clock_bound_is_stopped(tmp_path):
     src.mkdir()
     synthetic(src, "00_slow", ["import os\n(Path(run_dir) / 'pid').write_text(str(os.getpid()))",
                                "import time\ntime.sleep(120)"])
-    with pytest.raises(nbs.NotebookFailed, match="wall-clock bound of 10 s") as err:
-        nbs.run_series("smoke", out=tmp_path / "s", source_dir=src, timeout=10)
+    # 30 s: a kernel start alone can take 10 s on a loaded 2-core machine
+    with pytest.raises(nbs.NotebookFailed, match="wall-clock bound of 30 s") as err:
+        nbs.run_series("smoke", out=tmp_path / "s", source_dir=src, timeout=30)
     assert err.value.cell == 5
     kernel = int((tmp_path / "s" / "00_slow" / "pid").read_text())
     deadline = time.time() + 15
@@ -341,7 +343,7 @@ def test_a_notebook_past_its_wall_clock_bound_is_stopped(tmp_path):
         time.sleep(0.2)
     assert not alive(kernel)
     stage = json.loads((tmp_path / "s" / "series.json").read_text())["stages"][0]
-    assert stage["status"] == "timeout" and stage["seconds"] < 40
+    assert stage["status"] == "timeout" and stage["seconds"] < 60
 
 
 def alive(pid: int) -> bool:
@@ -416,6 +418,15 @@ def test_smoke_series_runs_every_notebook(tmp_path):
     executed = load(series / "03_rolewise_advantages" / "03_rolewise_advantages.ipynb")
     text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
     assert "outputs from " + str(series / "02_act_and_rehearse" / "outputs.jsonl") in text
+    # 06 read the mode runs that 04 trained, through artifacts_dir
+    executed = load(series / "06_evaluation_and_figures" / "06_evaluation_and_figures.ipynb")
+    text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert "notebook 04's runs from " + str(series / "04_training_with_trl" / "modes") in text
+    # 05: rehearsal made no real call, and the committed runs did the executing
+    rows = [json.loads(x) for x in (series / "05_private_rehearsal" / "rows.jsonl").read_text()
+            .splitlines()]
+    assert {r["rehearsal"] for r in rows} == {"parallel", "sequential"}
+    assert all(r["rehearsal_real_calls"] == 0 for r in rows)
 
 
 @pytest.mark.slow
@@ -435,16 +446,18 @@ def test_notebook_02_alone_with_its_defaults(tmp_path, monkeypatch):
 
 
 @pytest.mark.real_model
-def test_notebook_02_alone_under_laptop_with_nbconvert(tmp_path):
+@pytest.mark.parametrize("stem,output", [("02_act_and_rehearse", "outputs.jsonl"),
+                                         ("05_private_rehearsal", "rows.jsonl")])
+def test_notebook_alone_under_laptop_with_nbconvert(tmp_path, stem, output):
     """Its true defaults (laptop: SmolLM2), as a student runs it; minutes on CPU."""
     env = {**os.environ, "ENVACE_RUNS": str(tmp_path / "runs"), "HF_HUB_OFFLINE": "1"}
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
                     "--execute", "--ExecutePreprocessor.timeout=1800",
                     "--ExecutePreprocessor.kernel_name=python3",
-                    str(nbs.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"),
+                    str(nbs.NOTEBOOKS_DIR / f"{stem}.ipynb"),
                     "--output-dir", str(tmp_path)], check=True, env=env, cwd=nbs.NOTEBOOKS_DIR)
-    executed = load(tmp_path / "02_act_and_rehearse.ipynb")
+    executed = load(tmp_path / f"{stem}.ipynb")
     assert not [o for c in executed.cells for o in c.get("outputs", [])
                 if o.output_type == "error"]
-    [stage] = (tmp_path / "runs" / "notebooks").glob("laptop__s0__*/02_act_and_rehearse")
-    assert (stage / "outputs.jsonl").exists()
+    [stage] = (tmp_path / "runs" / "notebooks").glob(f"laptop__s0__*/{stem}")
+    assert (stage / output).exists()

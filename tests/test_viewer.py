@@ -21,7 +21,7 @@ from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.rewards import score_trajectories
 from envace_lite.rollout import close_envs, rollout
 from envace_lite.types import ToolCall
-from envace_lite.viewer import TrajectoryView, render_text, render_trajectory
+from envace_lite.viewer import TrajectoryView, render_episode, render_text, render_trajectory
 
 INJECTION = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -162,3 +162,80 @@ def test_tiny_real_model_end_to_end(task):
             assert html.escape(o.text.strip() or "(empty output)", quote=True) in page
         assert f"stop: {t.stop_reason}" in page
         assert all(v == 0 for v in parsed(page).depth.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# A committed episode with its private rehearsal (render_episode)
+# ---------------------------------------------------------------------------------------------
+
+def scripted_episode(tok, mode: str, n: int = 2):
+    """A committed bfcl-base run whose every role is scripted: ACT calls ``ls`` once per user turn
+    (then says "Done."), REHEARSE imagines a listing, FEEDBACK and MEMORY write tagged text."""
+    from envace_lite.commit import Episode, run_committed
+    from envace_lite.envs import make_env
+
+    call = protocol.assistant_text([ToolCall("ls", {})])
+
+    def script(role, prompt):
+        if role == "act":
+            return "Done." if "</tool_response>" in tok.decode(prompt[-40:]) else call
+        return {"rehearse": protocol.rehearsal_text('{"current_directory_content": ["<b>x</b>"]}'),
+                "feedback": "<assessment>ls worked</assessment><revision>none</revision>",
+                "memory": "<memory>listing first is safe; " + INJECTION + "</memory>"}[role]
+
+    tid = list_tasks("bfcl-base", "test")[0]
+    env = make_env("bfcl-base", tid)
+    ep = Episode("bfcl-base", tid, 0, env, env.reset())
+    cfg = get_config("smoke", {"eval.max_turns": 12, "rollout.max_new_tokens_act": 1024,
+                               "rollout.max_new_tokens_rehearse": 1024,
+                               "rehearsal.max_new_tokens_feedback": 512})
+    [row] = run_committed(ScriptedGenerator(script, tok), tok, [ep], cfg, rehearsal=mode, n=n)
+    return ep, row
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_render_episode_shows_rehearsal_memory_and_committed_calls(tok, mode):
+    ep, row = scripted_episode(tok, mode)
+    turns = row["user_turns"]
+    assert turns >= 2 and row["real_calls"] == turns and row["rehearsal_real_calls"] == 0
+    page = render_episode(ep, row, title=f"{mode} <N=2>")
+    # one rehearsal block per user turn, N attempts each with a feedback, one memory each
+    assert page.count('class="envace-rehearsal"') == len(ep.rehearsals) == turns
+    assert page.count('class="envace-attempt"') == 2 * turns
+    assert page.count('class="envace-feedback"') == 2 * turns
+    assert page.count('class="envace-memory"') == turns
+    assert page.count("class=\"envace-memory-message\"") == turns  # m_x joined the history
+    assert f"PRIVATE REHEARSAL · user turn 1 · {mode}, N=2" in page
+    assert page.count("real calls during rehearsal: 0") == turns + 1  # + the closing line
+    # imagined observations are rehearsed; the committed ones are real and numbered
+    assert page.count("envace-obs-rehearsed") == 2 * turns
+    assert page.count("envace-obs envace-obs-real") == turns
+    for k in range(1, turns + 1):
+        assert f"real call #{k}<" in page
+    assert f"real call #{turns + 1}<" not in page
+    assert f"real calls: {turns}" in page and "R = " in page
+    assert page.count('class="envace-user"') >= turns
+    assert "ls worked" in page and "&lt;N=2&gt;" in page
+    # model text is escaped, tags balance
+    assert "<script" not in page and parsed(page).scripts == 0
+    assert all(v == 0 for v in parsed(page).depth.values())
+
+
+def test_render_episode_with_one_attempt_and_without_rehearsal(tok):
+    ep, row = scripted_episode(tok, "parallel", n=1)
+    assert len(ep.rehearsals[0].attempts) == 1
+    page = render_episode(ep, row)
+    assert "<b>N</b>: 1" in page and page.count('class="envace-attempt"') == row["user_turns"]
+    from envace_lite.commit import Episode, run_committed
+    from envace_lite.envs import make_env
+
+    tid = list_tasks("bfcl-base", "test")[0]
+    env = make_env("bfcl-base", tid)
+    plain = Episode("bfcl-base", tid, 0, env, env.reset())
+    gen = ScriptedGenerator({"act": [protocol.assistant_text([ToolCall("ls", {})]), "Done."]}, tok)
+    [r] = run_committed(gen, tok, [plain], get_config("smoke", {"eval.max_turns": 2,
+                                                                 "rollout.max_new_tokens_act": 512}))
+    page = render_episode(plain, r)
+    assert "envace-rehearsal" not in page and "<b>rehearsal</b>: none" in page
+    assert page.count("envace-obs envace-obs-real") == r["real_calls"] == 1
+    assert all(v == 0 for v in parsed(page).depth.values())
