@@ -230,6 +230,40 @@ def _act_spans(traj: Trajectory, i: int) -> list[tuple[int, int]]:
     return spans
 
 
+def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
+                   slack: float = 0.25) -> list[list[int]]:
+    """Group rows into forwards that waste little padding.
+
+    A bucket's width is its longest prompt plus its longest completion (prompts are left-padded
+    and completions right-padded around one boundary), so it encodes ``rows × width`` tokens.
+    Rows are sorted by real length (prompt + completion) and added greedily while the bucket's
+    encoded tokens stay within ``(1 + slack)`` × its real tokens.
+
+    Args:
+        prompt_lens, completion_lens: (B,) real tokens per row.
+        slack: padding allowed on top of the real tokens, as a share.
+
+    Returns:
+        Row indices per bucket, each bucket in ascending length; every row exactly once.
+    """
+    order = sorted(range(len(prompt_lens)),
+                   key=lambda i: (prompt_lens[i] + completion_lens[i], prompt_lens[i], i))
+    buckets: list[list[int]] = []
+    rows: list[int] = []
+    mp = mc = real = 0
+    for i in order:
+        p, c = int(prompt_lens[i]), int(completion_lens[i])
+        wp, wc = max(mp, p), max(mc, c)
+        if rows and (len(rows) + 1) * (wp + wc) > (1 + slack) * (real + p + c):
+            buckets.append(rows)
+            rows, real, wp, wc = [], 0, p, c
+        rows.append(i)
+        mp, mc, real = wp, wc, real + p + c
+    if rows:
+        buckets.append(rows)
+    return buckets
+
+
 def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
     """Trained tokens per output, shape (N,) long."""
     lengths = torch.zeros(n_outputs, dtype=torch.long)
@@ -595,9 +629,68 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             return self._get_per_token_logps_and_entropies(self.model, ids, attention, keep,
                                                            batch_size=size)[0]
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+    # ---- forward in length buckets ----------------------------------------------------------
+    bucket_rows: bool = True
+    """Split each policy forward into length buckets (``length_buckets``), each trimmed of the
+    columns that are padding in all of its rows. A step mixes packed ACT rows (short prompt, long
+    completion) with REHEARSE rows (long prompt, short completion); one collated batch pads every
+    row to the longest prompt plus the longest completion. Single-process runs only: DDP and
+    DeepSpeed expect one forward per backward."""
+    bucket_slack: float = 0.25
+    """A bucket may encode at most this share of padding on top of its real tokens."""
+
+    def row_buckets(self, prompt_mask: torch.Tensor, completion_mask: torch.Tensor
+                    ) -> list[list[int]] | None:
+        """Row indices per forward, or None for one forward over the whole (padded) batch.
+
+        Args:
+            prompt_mask: (B, P) left-padded; completion_mask: (B, C) right-padded.
+        """
+        if (not self.bucket_rows or self.accelerator.num_processes > 1
+                or self.is_deepspeed_enabled):
+            return None
+        return length_buckets(prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist(),
+                              self.bucket_slack)
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
+                                           attention_mask: torch.Tensor, logits_to_keep: int,
+                                           batch_size: int | None = None,
+                                           compute_entropy: bool = False,
+                                           compute_aux_loss: bool = False, **extra: Any) -> Any:
+        """TRL's per-token log-probs and entropies, (B, C), computed per length bucket.
+
+        Each bucket's rows are cut to ``[P - max prompt, P + max completion)`` (P = the prompt
+        width): only columns that are padding in every row of the bucket go. Attention masks
+        keep padding out, and RoPE depends on relative positions only, so each real token's
+        log-prob is the same up to float rounding (the gradient-equality test checks 1e-5).
+        Positions past a row's bucket width get log-prob and entropy 0; they are masked.
+        """
+        call = super()._get_per_token_logps_and_entropies
+        kw = {"batch_size": batch_size, "compute_entropy": compute_entropy,
+              "compute_aux_loss": compute_aux_loss}
         with _lm_head_on_completions_only():
-            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            p = input_ids.shape[1] - logits_to_keep
+            buckets = None if any(v is not None for v in extra.values()) else self.row_buckets(
+                attention_mask[:, :p], attention_mask[:, p:])
+            if buckets is None:
+                return call(model, input_ids, attention_mask, logits_to_keep, **kw, **extra)
+            p_len, c_len = attention_mask[:, :p].sum(1), attention_mask[:, p:].sum(1)
+            logps, entropies, aux = [], [], []
+            for rows in buckets:
+                idx = torch.tensor(rows, device=input_ids.device)
+                lo, keep = p - int(p_len[idx].max()), int(c_len[idx].max())
+                lp, ent, ax = call(model, input_ids[idx, lo:p + keep],
+                                   attention_mask[idx, lo:p + keep], keep, **kw)
+                logps.append(torch.nn.functional.pad(lp, (0, logits_to_keep - keep)))
+                if ent is not None:
+                    entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
+                if ax is not None:
+                    aux.append(ax)
+            order = torch.tensor([r for rows in buckets for r in rows], device=input_ids.device)
+            inverse = torch.argsort(order)
+            return (torch.cat(logps)[inverse],
+                    torch.cat(entropies)[inverse] if entropies else None,
+                    torch.stack(aux).mean() if aux else None)
 
     # ---- loss: per_role sends each role's rows to its own policy ----------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
