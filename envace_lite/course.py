@@ -310,10 +310,10 @@ def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``evaluate.budget_sweep``-shaped points from evaluation rows (one per configuration).
 
     Rows are grouped by (rehearsal mode, N, rehearsing policy); each group is summarized with
-    ``evaluate.summarize``, so a results file written by ``evaluate``/``budget_sweep`` can be
+    ``evaluate.sweep_point``, so a results file written by ``evaluate``/``budget_sweep`` can be
     drawn by ``plotting.plot_budget_sweep`` without rerunning it.
     """
-    from envace_lite.evaluate import summarize
+    from envace_lite.evaluate import sweep_point
 
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -323,12 +323,7 @@ def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(key, []).append(r)
     points = []
     for (mode, n, rpol), sub in groups.items():
-        s = summarize(sub)
-        point = {"mode": mode, "n": n, "overall": s["overall"],
-                 "tau2": s["benchmarks"].get("tau2", {}).get("avg"),
-                 "bfcl": s["benchmarks"].get("bfcl", {}).get("avg"),
-                 "suites": {x: v["avg_at_k"] for x, v in s["suites"].items()},
-                 "episodes": s["episodes"]}
+        point = sweep_point(mode, n, sub)
         if rpol and rpol != sub[0].get("policy", ""):
             point["rehearsal_policy"] = rpol
         points.append(point)

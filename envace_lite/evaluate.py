@@ -413,13 +413,19 @@ def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 
     for mode, k in runs:
         rows = evaluate(acting, suite, None if mode == "none" else mode, n=k or None,
                         rehearsal_policy=rspec or "", cfg=cfg, **kwargs)
-        s = summarize(rows)
-        points.append({"mode": mode, "n": k, "overall": s["overall"],
-                       "tau2": s["benchmarks"].get("tau2", {}).get("avg"),
-                       "bfcl": s["benchmarks"].get("bfcl", {}).get("avg"),
-                       "suites": {x: v["avg_at_k"] for x, v in s["suites"].items()},
-                       "episodes": s["episodes"]})
+        points.append(sweep_point(mode, k, rows))
     return points
+
+
+def sweep_point(mode: str, n: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One Fig. 6 point from the rows of one configuration: ``{"mode", "n", "overall", "tau2",
+    "bfcl", "suites": {suite: avg_at_k}, "episodes"}`` (aggregates from ``summarize``)."""
+    s = summarize(rows)
+    return {"mode": mode, "n": n, "overall": s["overall"],
+            "tau2": s["benchmarks"].get("tau2", {}).get("avg"),
+            "bfcl": s["benchmarks"].get("bfcl", {}).get("avg"),
+            "suites": {x: v["avg_at_k"] for x, v in s["suites"].items()},
+            "episodes": s["episodes"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,6 +494,7 @@ __all__ = [
     "run_committed",
     "summarize",
     "summarize_runs",
+    "sweep_point",
     "table3",
     "usage_table",
     "write_results",
