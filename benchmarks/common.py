@@ -169,6 +169,9 @@ class ForwardTimer:
 
     A forward whose ``input_ids`` has more than one column is a prefill (HF ``generate``'s first
     step, or a training forward); one column is a decode step. Wrap only generation with it.
+    With ``HFGenerator``'s prefix cache on, the prefills are its batch-1 forwards over each
+    prompt's uncached ids but the last, and ``generate``'s first step (the last prompt id of
+    every row, one column) counts as a decode step.
 
     Attributes:
         prefill_s, decode_s: seconds spent inside the model's forward, per kind.

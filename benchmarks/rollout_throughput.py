@@ -6,9 +6,12 @@ turns, REHEARSE included:
 
 * **engine**: ``rollout.rollout`` with ``HFGenerator(batch_size=n)``: every live trajectory's ACT
   prompt in one ``generate`` call per turn, then all REHEARSE prompts in one more; the packed ACT
-  history is extended with token ids, never re-tokenized.
+  history is extended with token ids, never re-tokenized. Its ``PrefixCache`` prefills only what
+  no earlier prompt shares: the suite's system prompt and tool schemas once, and a trajectory's
+  last prompt once (``prefix_cache_reused_tokens`` vs ``prefix_cache_prefilled_tokens``).
 * **naive**: ``naive_rollout``: one trajectory at a time, one prompt per ``generate`` call, the
-  whole ACT history re-rendered through the chat template and re-tokenized every turn.
+  whole ACT history re-rendered through the chat template and re-tokenized every turn
+  (``HFGenerator(prefix_cache=0)``: every prompt is prefilled whole).
 
 Greedy decoding makes both variants sample (nearly) the same tokens, so the ratio of tokens/s is
 a ratio of the work's wall time; ``same_outputs`` counts the naive trajectories whose texts equal
@@ -20,7 +23,9 @@ engine, naive, engine, ...) in one process. Each variant also records its proces
 the variants, and CPU time is much less sensitive to it than wall time.
 
 Prefill and decode are timed inside the model's forward (``common.ForwardTimer``); ``other_s``
-is the rest of the wall time (tokenization, templates, parsing, sampling, Python).
+is the rest of the wall time (tokenization, templates, parsing, sampling, the prefix cache's
+lookups and batch-cache assembly, Python). ``total_tokens_per_s`` counts every prompt id of
+every call (prefilled or served by the prefix cache) plus the generated ids.
 
 Usage::
 
@@ -167,13 +172,16 @@ def _summary(name: str, wall: float, counter: CountingGenerator, timer: ForwardT
         "tokens_per_cpu_s": round(gen_tokens / max(cpu, 1e-9), 3),
         "prefill_tokens_per_s": round(timer.prefill_tokens / max(timer.prefill_s, 1e-9), 1),
         "decode_tokens_per_s": round(gen_tokens / max(timer.decode_s, 1e-9), 2),
-        "total_tokens_per_s": round((gen_tokens + timer.prefill_tokens) / wall, 1),
+        # every prompt id the calls covered, prefilled or served by the prefix cache
+        "prompt_tokens": sum(c["prompt_tokens"] for c in counter.calls),
+        "total_tokens_per_s": round(
+            (gen_tokens + sum(c["prompt_tokens"] for c in counter.calls)) / wall, 1),
     }
 
 
 def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
         torch_profile: bool = False, quick: bool = False,
-        max_new_tokens: int | None = None) -> dict[str, Any]:
+        max_new_tokens: int | None = None, prefix_cache: int = 32768) -> dict[str, Any]:
     """Measure both variants, interleaved; returns the JSON payload's figures.
 
     Args:
@@ -186,6 +194,8 @@ def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
         quick: the tests' tiny model and toy tasks.
         max_new_tokens: the ACT and the REHEARSE budget of both variants (the profile's when
             ``None``).
+        prefix_cache: the engine's ``HFGenerator(prefix_cache=...)`` (0: off, the engine before
+            issue 7's speed-up).
     """
     import torch
 
@@ -206,18 +216,23 @@ def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
     rounds: list[dict[str, Any]] = []
     same = None
     for rep in range(repeats):
-        counter = CountingGenerator(HFGenerator(model, tok, seed=rep, batch_size=1))
+        counter = CountingGenerator(HFGenerator(model, tok, seed=rep, batch_size=1,
+                                                prefix_cache=0))
         with ForwardTimer(model) as timer:
             start, cpu = time.perf_counter(), time.process_time()
             naive_texts = [naive_rollout(t, counter, tok, cfg) for t in subset]
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         rounds.append(_summary("naive", wall, counter, timer, len(subset), cpu))
-        counter = CountingGenerator(HFGenerator(model, tok, seed=rep, batch_size=n))
+        engine = HFGenerator(model, tok, seed=rep, batch_size=n, prefix_cache=prefix_cache)
+        counter = CountingGenerator(engine)
         with ForwardTimer(model) as timer:
             start, cpu = time.perf_counter(), time.process_time()
             trajs = rollout(tasks, counter, tok, cfg, k=1, seed=rep)
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         rounds.append(_summary("engine", wall, counter, timer, len(tasks), cpu))
+        if engine.prefix_cache is not None:
+            rounds[-1]["prefix_cache_reused_tokens"] = engine.prefix_cache.reused_tokens
+            rounds[-1]["prefix_cache_prefilled_tokens"] = engine.prefix_cache.prefilled_tokens
         rounds[-1]["turns_mean"] = round(sum(t.turns for t in trajs) / len(trajs), 2)
         rounds[-1]["stops"] = dict(sorted(
             {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
@@ -245,7 +260,8 @@ def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
                     "max_new_tokens_act": cfg.rollout.max_new_tokens_act,
                     "max_new_tokens_rehearse": cfg.rollout.max_new_tokens_rehearse,
                     "decoding": "greedy", "grounding": "gold", "user_replay": "always",
-                    "repeats": repeats, "torch_threads": torch.get_num_threads()}
+                    "repeats": repeats, "torch_threads": torch.get_num_threads(),
+                    "engine_prefix_cache_tokens": prefix_cache}
     if torch_profile:
         out["torch_profile"] = profile_engine(model, tok, tasks, cfg)
     return out
@@ -282,6 +298,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--torch-profile", action="store_true", help="add torch.profiler top ops")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="ACT and REHEARSE budget of both variants (default: the profile's)")
+    p.add_argument("--prefix-cache", type=int, default=32768,
+                   help="the engine's prefix cache, cached ids (0: off)")
     a = p.parse_args(argv)
     random.seed(0)
     if a.quick:
@@ -291,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload = {"benchmark": "rollout_throughput", "command": command_line(
         "rollout_throughput.py", argv), "machine": machine_info()}
     payload |= run(a.profile, a.trajectories, a.turns, repeats, every, a.torch_profile, a.quick,
-                   a.max_new_tokens)
+                   a.max_new_tokens, a.prefix_cache)
     path = write_json(a.out or default_out("rollout_throughput", a.profile, a.quick), payload)
     print(f"{path}: engine {payload['engine']['tokens_per_s']} tok/s, naive "
           f"{payload['naive']['tokens_per_s']} tok/s, ratio {payload['speedup_tokens_per_s']}")

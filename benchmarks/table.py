@@ -41,7 +41,11 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
              f"{n['decode_tokens_per_s']} ({d['speedup_decode']}×)"),
             (f"rollout time split, engine ({prof}): prefill / decode / other s",
              f"{e['prefill_s']:.1f} / {e['decode_s']:.1f} / {e['other_s']:.1f} "
-             f"(naive: {n['prefill_s']:.1f} / {n['decode_s']:.1f} / {n['other_s']:.1f})")]
+             f"(naive: {n['prefill_s']:.1f} / {n['decode_s']:.1f} / {n['other_s']:.1f})")
+        ] + ([(f"rollout prefix cache, engine ({prof}): prompt ids reused / prefilled",
+               f"{e['prefix_cache_reused_tokens']:.0f} / {e['prefix_cache_prefilled_tokens']:.0f}"
+               f" (naive prefilled {n['prefill_tokens']:.0f} for {s['naive_trajectories']} "
+               "trajectories)")] if "prefix_cache_reused_tokens" in e else [])
     if kind == "train_step":
         out = []
         for r in d["rows"]:

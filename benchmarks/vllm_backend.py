@@ -3,10 +3,15 @@
 Runs in the optional vLLM environment (DESIGN §5; ``benchmarks/README.md`` gives the install),
 in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), greedy, 3 turns:
 
+* **engine + HF**: ``rollout.rollout`` with ``HFGenerator`` (prefix cache on) on the same
+  weights, first, before vLLM starts (vLLM's CPU worker process lives until the interpreter
+  exits). This venv has vLLM's transformers, not the project's: compare it with
+  ``rollout_throughput.py``'s engine, which runs the same tasks and budgets in the project venv;
 * **engine + vLLM**: ``rollout.rollout`` with ``LLMGenerator`` (an in-process ``vllm.LLM``);
 * **raw vLLM**: the exact prompt batches the engine sent, replayed through ``LLM.generate``
-  with no engine around it (the ceiling for the engine on vLLM);
-* **engine + HF**: ``rollout.rollout`` with ``HFGenerator`` on the same weights.
+  with no engine around it (the ceiling for the engine on vLLM). Both vLLM variants run with
+  prefix caching, and the cache is reset between them (``LLM.reset_prefix_cache``): otherwise
+  the replay finds every prompt already cached by the engine's run.
 
 ``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (acceptance: ≥ 0.7).
 
@@ -70,7 +75,7 @@ class LLMGenerator:
 
 def run(profile: str, n: int, turns: int, max_model_len: int,
         max_new_tokens: int | None = None) -> dict[str, Any]:
-    """The three variants, engine+vLLM first, then raw replay, then engine+HF.
+    """The three variants: engine+HF, then engine+vLLM, then the raw replay.
 
     ``max_new_tokens`` sets the ACT and the REHEARSE budget of all three (the profile's if None).
     """
@@ -92,11 +97,18 @@ def run(profile: str, n: int, turns: int, max_model_len: int,
         folder = str(cache_dir("models") / "smollm2-135m")
     tasks = bench_tasks(n)
     stops = stop_ids(model, tok)
+    counted_hf = CountingGenerator(HFGenerator(model, tok, seed=0, batch_size=n))
+    t0 = time.perf_counter()
+    rollout(tasks, counted_hf, tok, cfg, k=1)
+    wall = time.perf_counter() - t0
+    tokens = sum(c["generated_tokens"] for c in counted_hf.calls)
+    hf = {"wall_s": round(wall, 2), "generated_tokens": tokens,
+          "tokens_per_s": round(tokens / wall, 2)}
     start = time.perf_counter()
     llm = LLM(model=folder, dtype="float32", max_model_len=max_model_len, seed=0,
               gpu_memory_utilization=0.15, enable_prefix_caching=True)
     startup = time.perf_counter() - start
-    out: dict[str, Any] = {"vllm_startup_s": round(startup, 1)}
+    out: dict[str, Any] = {"vllm_startup_s": round(startup, 1), "engine_hf": hf}
     # warm-up (first-call compilation), not timed
     LLMGenerator(llm, tok, stops).generate([[1, 2, 3]], "act", 4, 0.0, 1.0)
 
@@ -109,7 +121,8 @@ def run(profile: str, n: int, turns: int, max_model_len: int,
                           "tokens_per_s": round(tokens / wall, 2),
                           "generate_s": round(sum(c["seconds"] for c in counted.calls), 2),
                           "turns_mean": sum(t.turns for t in trajs) / len(trajs)}
-    # raw: replay the engine's exact prompt batches (prefix caching off would be unfair to raw)
+    # raw: replay the engine's exact prompt batches, from a cold prefix cache like the engine's
+    llm.reset_prefix_cache()
     raw = LLMGenerator(llm, tok, stops)
     raw_tokens, raw_s = 0, 0.0
     for call, prompts in zip(counted.calls, counted.prompts):
@@ -122,13 +135,6 @@ def run(profile: str, n: int, turns: int, max_model_len: int,
     out["raw_vllm"] = {"wall_s": round(raw_s, 2), "generated_tokens": raw_tokens,
                        "tokens_per_s": round(raw_tokens / raw_s, 2)}
     del llm
-    counted_hf = CountingGenerator(HFGenerator(model, tok, seed=0, batch_size=n))
-    t0 = time.perf_counter()
-    rollout(tasks, counted_hf, tok, cfg, k=1)
-    wall = time.perf_counter() - t0
-    tokens = sum(c["generated_tokens"] for c in counted_hf.calls)
-    out["engine_hf"] = {"wall_s": round(wall, 2), "generated_tokens": tokens,
-                        "tokens_per_s": round(tokens / wall, 2)}
     out["engine_share_of_raw"] = round(out["engine_vllm"]["tokens_per_s"]
                                        / out["raw_vllm"]["tokens_per_s"], 3)
     out["vllm_over_hf"] = round(out["engine_vllm"]["tokens_per_s"]

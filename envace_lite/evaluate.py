@@ -100,7 +100,8 @@ def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
     elif str(spec):
         c.model.checkpoint = str(spec)
     model, tok = load_policy(c)
-    return Policy(HFGenerator(model, tok, seed=seed), tok, label)
+    return Policy(HFGenerator(model, tok, seed=seed,
+                              prefix_cache=cfg.rollout.prefix_cache_tokens), tok, label)
 
 
 def policy_label(spec: Any, cfg: Config) -> str:

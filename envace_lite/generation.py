@@ -8,6 +8,12 @@ derived from them.
 Batching matters about 8x on CPU (DESIGN §5), so ``HFGenerator`` takes the whole turn's prompts
 at once, left-pads them and calls ``model.generate`` once per ``batch_size`` chunk.
 
+Prompts share long prefixes: every trajectory of a suite starts with the same system prompt and
+tool schemas, and a trajectory's next ACT prompt extends its last one (the history is
+append-only). ``PrefixCache`` keeps the key/value cache of recent prompts and ``HFGenerator``
+prefills only the part of a prompt that no cached prompt shares, like vLLM's automatic prefix
+caching (issue 7: on the laptop benchmark it skips most of the prefill).
+
 Usage::
 
     from envace_lite.generation import HFGenerator, chat_ids
@@ -17,11 +23,15 @@ Usage::
 """
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,6 +114,146 @@ def _trim(gen: list[int], stops: set[int]) -> tuple[list[int], str, int]:
     return gen, "length", len(gen)
 
 
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Length of the longest common prefix of two 1-D id tensors."""
+    n = min(len(a), len(b))
+    differ = (a[:n] != b[:n]).nonzero()
+    return int(differ[0]) if len(differ) else n
+
+
+def _weights_fingerprint(model: Any) -> tuple[Any, ...]:
+    """What a cached key/value depends on: each parameter's identity, storage, dtype, device and
+    in-place version, and the PEFT adapter state (the active adapters; adapters disabled).
+
+    Writes through ``param.data`` do not move ``_version``: call ``PrefixCache.clear`` after them.
+    """
+    params = tuple((id(p), p.data_ptr(), p.dtype, p.device, p._version)
+                   for p in model.parameters())
+    try:
+        adapters = getattr(model, "active_adapters", None)
+        adapters = adapters() if callable(adapters) else adapters
+    except (AttributeError, ValueError):  # a model without adapters
+        adapters = None
+    disabled = any(getattr(m, "disable_adapters", False) for m in model.modules()
+                   if hasattr(m, "lora_A"))
+    return params, str(adapters), disabled
+
+
+def prefix_cache_supported(model: Any) -> str:
+    """Why ``model`` cannot use a ``PrefixCache`` ("" when it can).
+
+    It can when its cache is one plain key/value tensor pair per layer (no sliding window, no
+    linear attention, no ``cache_implementation`` of its own) and its weights are not sharded
+    across processes (ZeRO-3 / FSDP: the extra batch-1 forwards would desynchronise the ranks'
+    weight gathers).
+    """
+    from transformers import DynamicCache
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(getattr(base, "generation_config", None), "cache_implementation", None):
+        return "the model sets generation_config.cache_implementation"
+    try:
+        layers = DynamicCache(config=base.config).layers
+    except Exception as err:  # noqa: BLE001 - any config the cache cannot read
+        return f"DynamicCache cannot read its config ({err})"
+    if any(type(layer).__name__ != "DynamicLayer" or getattr(layer, "is_sliding", False)
+           for layer in layers):
+        return "its cache has sliding-window or linear-attention layers"
+    try:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+        if is_deepspeed_zero3_enabled():
+            return "DeepSpeed ZeRO-3 shards its weights"
+    except ImportError:
+        pass
+    if any(type(m).__name__.startswith("FullyShardedDataParallel") for m in model.modules()):
+        return "FSDP shards its weights"
+    return ""
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name of the key/value cache argument of ``model``'s forward and ``generate``:
+    ``cache`` (transformers ≥ 5.24, where ``past_key_values`` is deprecated) or
+    ``past_key_values`` (older 5.x)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+class PrefixCache:
+    """Key/value caches of recent prompts, reused for the longest prefix a new prompt shares.
+
+    A causal model's keys and values at position i depend only on ``ids[:i + 1]`` (and on the
+    position, the same here: a cached row starts at position 0), so an entry serves any prompt
+    that shares its first n ids: slice it to n. This is what vLLM's automatic prefix caching does
+    with blocks; here an entry is one prompt, found by a linear scan.
+
+    An entry is ``(ids, kv)``: ``ids`` a 1-D long tensor, ``kv`` per layer ``(keys, values)`` of
+    shape ``(1, kv_heads, len(ids), head_dim)``. Entries are evicted least recently used first
+    beyond ``max_tokens`` cached ids; an entry that a new one extends is dropped at once (the new
+    one serves every prompt the old one did).
+
+    The entries are valid for one set of weights. ``check(model)`` empties the cache when any
+    parameter was replaced or changed in place since the last check (an optimizer step bumps
+    ``Tensor._version``), or when the PEFT adapter state changed.
+
+    Args:
+        max_tokens: ids kept over all entries. Memory per id: layers × 2 × kv_heads × head_dim ×
+            dtype bytes (SmolLM2-135M in fp32: 46 KB; Qwen3-1.7B in bf16: 112 KB).
+
+    Attributes:
+        reused_tokens, prefilled_tokens: prompt ids served from the cache and ids prefilled,
+            over the cache's life (the figures of issue 7's benchmark).
+    """
+
+    def __init__(self, max_tokens: int = 32768) -> None:
+        self.max_tokens = max_tokens
+        self.entries: list[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        self.reused_tokens = self.prefilled_tokens = 0
+        self._fingerprint: tuple[Any, ...] | None = None
+
+    def clear(self) -> None:
+        """Drop every entry (after weight changes ``check`` cannot see, e.g. ``param.data`` writes)."""
+        self.entries.clear()
+        self._fingerprint = None
+
+    def check(self, model: Any) -> None:
+        """Empty the cache if ``model``'s weights or adapter state changed since the last check."""
+        fingerprint = _weights_fingerprint(model)
+        if fingerprint != self._fingerprint:
+            if self.entries:
+                log.debug("prefix cache: weights changed, %d entries dropped", len(self.entries))
+            self.entries.clear()
+            self._fingerprint = fingerprint
+
+    def lookup(self, ids: torch.Tensor) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """``(n, kv)``: the longest prefix of ``ids`` that an entry shares, and its keys/values
+        sliced to n ids (``(0, [])`` when no entry shares a first id)."""
+        best, best_i = 0, -1
+        for i, (cached, _) in enumerate(self.entries):
+            n = _common_prefix(cached, ids)
+            if n > best:
+                best, best_i = n, i
+        if best == 0:
+            return 0, []
+        entry = self.entries.pop(best_i)
+        self.entries.append(entry)  # most recently used last
+        return best, [(k[:, :, :best], v[:, :, :best]) for k, v in entry[1]]
+
+    def add(self, ids: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep ``(ids, kv)``; drop the entries it extends, then the oldest beyond the budget.
+
+        Nothing is added when an entry already starts with ``ids`` (it serves them already, and
+        ``kv`` would be a view pinning that entry's memory)."""
+        if any(len(e[0]) >= len(ids) and _common_prefix(e[0], ids) == len(ids)
+               for e in self.entries):
+            return
+        self.entries = [e for e in self.entries
+                        if not (len(e[0]) <= len(ids) and _common_prefix(e[0], ids) == len(e[0]))]
+        self.entries.append((ids, kv))
+        total = sum(len(e[0]) for e in self.entries)
+        while self.entries and total > self.max_tokens:
+            total -= len(self.entries.pop(0)[0])
+
+
 class HFGenerator:
     """Batched, left-padded ``model.generate`` on token-id prompts.
 
@@ -120,10 +270,18 @@ class HFGenerator:
             step (``batch_size × max_new_tokens × vocab`` floats) until the chunk ends.
         skip_special_tokens: passed to ``tokenizer.decode`` for ``Completion.text``. False keeps
             the text a faithful rendering of ``ids``.
+        prefix_cache: ids of ``PrefixCache`` kept across calls (0: off, every prompt is prefilled
+            whole inside ``model.generate``). On, each prompt's uncached part is prefilled alone
+            (no padding) and the rows' keys/values go to ``generate`` as one left-padded cache.
+            Greedy outputs match the uncached ones up to float rounding of a different kernel
+            order (tests/test_models.py checks them equal on a tiny fp32 model; in bf16 a near
+            tie can flip). It stays off where ``prefix_cache_supported`` says why (logged). Call
+            ``prefix_cache.clear()`` after writing weights through ``param.data``.
     """
 
     def __init__(self, model: Any, tokenizer: Any, seed: int = 0, batch_size: int = 16,
-                 return_logprobs: bool = False, skip_special_tokens: bool = False) -> None:
+                 return_logprobs: bool = False, skip_special_tokens: bool = False,
+                 prefix_cache: int = 32768) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.seed, self.batch_size = seed, batch_size
         self.return_logprobs, self.skip_special_tokens = return_logprobs, skip_special_tokens
@@ -131,6 +289,13 @@ class HFGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
+        self.prefix_cache = None
+        if prefix_cache > 0:
+            why = prefix_cache_supported(model)
+            if why:
+                log.info("prefix cache off for %s: %s", type(model).__name__, why)
+            else:
+                self.prefix_cache = PrefixCache(prefix_cache)
 
     def generate(self, prompts: list[list[int]], role: str, max_new_tokens: int,
                  temperature: float, top_p: float) -> list[Completion]:
@@ -146,6 +311,8 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
+            if self.prefix_cache is not None:
+                self.prefix_cache.check(self.model)
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
                 torch.manual_seed(self.seed * 1_000_003 + self.calls)
                 for start in range(0, len(order), self.batch_size):
@@ -167,6 +334,11 @@ class HFGenerator:
         for row, p in enumerate(prompts):
             input_ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attention[row, width - len(p):] = 1
+        cache = (self._cached_prefill(prompts, device, width, max_new_tokens)
+                 if self.prefix_cache else None)
+        # a static cache is written in place; generate must not torch.compile for it
+        cached = ({cache_kwarg(self.model): cache, "disable_compile": True}
+                  if cache is not None else {})
         sample = temperature > 0
         # Every decoding knob is set explicitly: unset ones would be filled from the model's own
         # generation config (Qwen3's hub defaults sample with top_k=20).
@@ -176,7 +348,7 @@ class HFGenerator:
         out = self.model.generate(
             input_ids=input_ids.to(device), attention_mask=attention.to(device),
             max_new_tokens=max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
-            return_dict_in_generate=True, output_logits=self.return_logprobs, **knobs,
+            return_dict_in_generate=True, output_logits=self.return_logprobs, **cached, **knobs,
         )
         gen = out.sequences[:, width:].tolist()
         logprobs = None
@@ -197,6 +369,55 @@ class HFGenerator:
                 finish_reason=reason,
             ))
         return completions
+
+    def _cached_prefill(self, prompts: list[list[int]], device: torch.device,
+                        width: int, max_new_tokens: int) -> Any:
+        """Keys/values of every prompt but its last id, as one cache left-padded to ``width - 1``.
+
+        Each row reuses the longest prefix ``self.prefix_cache`` holds and prefills the rest alone
+        (batch 1, no padding; only the last position's logits are computed). ``generate`` then
+        sees a cache one id short of every prompt: it runs the last id and decodes. The pad
+        columns hold zeros that the attention mask hides, as left-padded prefill would.
+
+        The batch cache is a ``StaticCache`` of ``width + max_new_tokens`` positions, written in
+        place: a ``DynamicCache`` concatenates, copying all rows' keys and values at every decode
+        step, which made a 16-row decode step on 1,500-id prompts about 1.6x slower on CPU
+        (issue 7, ``benchmarks/README.md``).
+
+        Returns:
+            A ``StaticCache`` of batch ``len(prompts)``, or None when a prompt has one id.
+        """
+        from transformers import DynamicCache, StaticCache
+
+        assert self.prefix_cache is not None
+        if min(len(p) for p in prompts) < 2:
+            return None
+        rows = []
+        for prompt in prompts:
+            ids = torch.tensor(prompt[:-1], dtype=torch.long)
+            n, kv = self.prefix_cache.lookup(ids)
+            if n < len(ids):
+                past = DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
+                name = cache_kwarg(self.model)
+                out = self.model(input_ids=ids[n:].unsqueeze(0).to(device), use_cache=True,
+                                 logits_to_keep=1, **{name: past})
+                kv = [(layer.keys, layer.values) for layer in getattr(out, name).layers]
+            self.prefix_cache.reused_tokens += n
+            self.prefix_cache.prefilled_tokens += len(ids) - n
+            self.prefix_cache.add(ids, kv)
+            rows.append(kv)
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        batch = StaticCache(config=base.config, max_cache_len=width + max_new_tokens)
+        for layer, cache_layer in enumerate(batch.layers):
+            k0, v0 = rows[0][layer]
+            keys = k0.new_zeros((len(rows), k0.shape[1], width - 1, k0.shape[3]))
+            values = v0.new_zeros((len(rows), v0.shape[1], width - 1, v0.shape[3]))
+            for row, kv in enumerate(rows):
+                k, v = kv[layer]
+                keys[row, :, width - 1 - k.shape[2]:] = k[0]
+                values[row, :, width - 1 - v.shape[2]:] = v[0]
+            cache_layer.update(keys, values)  # positions 0 .. width - 2
+        return batch
 
 
 class ScriptedGenerator:

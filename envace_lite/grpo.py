@@ -493,7 +493,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
 
         def hf(model: Any) -> Any:
             return HFGenerator(self.accelerator.unwrap_model(model), self.processing_class,
-                               seed=seed, batch_size=max(1, batch))
+                               seed=seed, batch_size=max(1, batch),
+                               prefix_cache=self.cfg.rollout.prefix_cache_tokens)
 
         policy = hf(self.model)
         if self.use_vllm:  # rollout.generation_backend: vllm_server / vllm_colocate

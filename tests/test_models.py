@@ -17,6 +17,7 @@ from envace_lite.generation import (
     Completion,
     Generator,
     HFGenerator,
+    PrefixCache,
     ScriptedGenerator,
     _trim,
     chat_ids,
@@ -307,6 +308,76 @@ def test_sampling_is_seeded_and_logprobs_match_a_forward_pass(tok, lively):
         assert torch.allclose(torch.tensor(out.logprobs), want, atol=1e-4)
 
 
+# ---- the prefix cache (issue 7) -----------------------------------------------------------------
+def test_prefix_cache_lookup_add_evict():
+    cache = PrefixCache(max_tokens=10)
+    kv = lambda n, x: [(torch.full((1, 2, n, 3), float(x)), torch.full((1, 2, n, 3), -float(x)))]
+    a = torch.tensor([1, 2, 3, 4, 5, 6])
+    cache.add(a, kv(6, 1))
+    n, got = cache.lookup(torch.tensor([1, 2, 3, 9]))
+    assert n == 3 and got[0][0].shape == (1, 2, 3, 3) and float(got[0][1][0, 0, 0, 0]) == -1.0
+    assert cache.lookup(torch.tensor([7, 1, 2])) == (0, [])
+    # an extension replaces the entry it extends: 6 ids → one entry of 8
+    cache.add(torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), kv(8, 2))
+    assert [len(e[0]) for e in cache.entries] == [8]
+    # 8 + 4 ids > 10: the least recently used entry goes
+    cache.add(torch.tensor([5, 5, 5, 5]), kv(4, 3))
+    assert [e[0].tolist() for e in cache.entries] == [[5, 5, 5, 5]]
+
+
+def test_prefix_cache_outputs_equal_uncached(tok, lively):
+    """Turn 1: three prompts sharing a 9-id prefix; turn 2 extends each (the ACT history is
+    append-only). Greedy outputs and sampling log-probs equal the uncached generator's, and the
+    cache prefills only what no earlier prompt shares (counted by hand)."""
+    head = tok.encode("You are a careful agent. Tools:")
+    assert len(head) == 8
+    turn1 = [head + tok.encode(t) for t in PROMPTS]
+    fast, slow = HFGenerator(lively, tok), HFGenerator(lively, tok, prefix_cache=0)
+    assert slow.prefix_cache is None
+    a = fast.generate(turn1, "act", 6, 0.0, 1.0)
+    b = slow.generate(turn1, "act", 6, 0.0, 1.0)
+    assert [c.ids for c in a] == [c.ids for c in b]
+    # each prompt but its last id is cached; the longest is prefilled first (8 + 10 - 1 = 17),
+    # the other two share the 8-id head: (8 + 2 - 1) - 8 = 1 and (8 + 1 - 1) - 8 = 0
+    lens = sorted(len(p) for p in turn1)
+    assert lens == [9, 10, 18]
+    cache = fast.prefix_cache
+    assert cache.prefilled_tokens == 17 + 1 + 0 and cache.reused_tokens == 0 + 8 + 8
+    turn2 = [p + c.ids + tok.encode(" ok") for p, c in zip(turn1, a)]
+    before = cache.reused_tokens
+    a2 = fast.generate(turn2, "act", 6, 0.0, 1.0)
+    assert [c.ids for c in a2] == [c.ids for c in slow.generate(turn2, "act", 6, 0.0, 1.0)]
+    assert cache.reused_tokens - before == sum(len(p) - 1 for p in turn1)
+    s1 = HFGenerator(lively, tok, seed=3, return_logprobs=True)
+    s1.generate(turn1, "act", 2, 1.0, 1.0)  # fills the cache; s2 has none
+    x = s1.generate(turn2, "act", 6, 1.0, 1.0)
+    s2 = HFGenerator(lively, tok, seed=3, return_logprobs=True, prefix_cache=0)
+    s2.generate(turn1, "act", 2, 1.0, 1.0)
+    y = s2.generate(turn2, "act", 6, 1.0, 1.0)
+    assert [c.ids for c in x] == [c.ids for c in y]
+    for cx, cy in zip(x, y):
+        assert torch.allclose(torch.tensor(cx.logprobs), torch.tensor(cy.logprobs), atol=1e-4)
+
+
+def test_prefix_cache_empties_when_weights_change(tok, lively):
+    prompt = tok.encode(PROMPTS[1])
+    gen = HFGenerator(lively, tok)
+    gen.generate([prompt], "act", 4, 0.0, 1.0)
+    assert len(gen.prefix_cache.entries) == 1
+    weight = lively.model.layers[0].mlp.down_proj.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(-1.0)  # in place, as an optimizer step: Tensor._version moves
+        out = gen.generate([prompt], "act", 4, 0.0, 1.0)[0]
+        assert gen.prefix_cache.reused_tokens == 0  # the stale entry was dropped, not reused
+        assert out.ids == HFGenerator(lively, tok, prefix_cache=0).generate(
+            [prompt], "act", 4, 0.0, 1.0)[0].ids
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
 def test_generator_restores_training_mode(tok, lively):
     lively.train()
     HFGenerator(lively, tok).generate([tok.encode("A")], "act", 2, 0.0, 1.0)
@@ -357,3 +428,26 @@ def test_smollm2_gguf_loads_and_generates():
           f"{out.text!r}")
     assert 0 < len(out.ids) <= 8 and out.finish_reason in {"stop", "length"}
     assert out.text.strip()
+
+
+def test_prefix_cache_adds_nothing_a_longer_entry_serves():
+    cache = PrefixCache(max_tokens=100)
+    kv = [(torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))]
+    cache.add(torch.tensor([1, 2, 3, 4, 5]), kv)
+    cache.add(torch.tensor([1, 2, 3]), [(k[:, :, :3], v[:, :, :3]) for k, v in kv])
+    assert [e[0].tolist() for e in cache.entries] == [[1, 2, 3, 4, 5]]
+    cache.clear()
+    assert cache.entries == []
+
+
+def test_prefix_cache_off_for_sliding_window_models(tok):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from envace_lite.generation import prefix_cache_supported
+
+    config = Qwen3Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, vocab_size=64, head_dim=8,
+                         use_sliding_window=True, sliding_window=16, max_window_layers=0)
+    model = Qwen3ForCausalLM(config)
+    assert "sliding" in prefix_cache_supported(model)
+    assert HFGenerator(model, tok).prefix_cache is None
