@@ -1,5 +1,5 @@
 # envace-lite: two commands do everything on a fresh machine.
-#   make run    the main job on the `laptop` profile (creates .venv first if missing)
+#   make run    the main job: the notebook series on the `laptop` profile (creates .venv first)
 #   make test   the test suite (creates .venv first if missing); CI runs this
 # PROFILE=smoke make run   runs the main job on another profile.
 
@@ -7,7 +7,6 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip
 PROFILE ?= laptop
-LIMIT   ?= 3
 TORCH   ?= torch==2.13.0
 PYTEST_ARGS ?=
 # torch's OpenMP threads spin while waiting; on a shared 2-core machine that slows generation
@@ -29,7 +28,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt requirements-nodeps.txt
 	touch $@
 
 run: setup
-	$(VENV)/bin/envace-lite eval --profile $(PROFILE) --suite tau2-telecom --suite bfcl-base --limit $(LIMIT)
+	$(VENV)/bin/envace-lite notebooks --profile $(PROFILE)
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
