@@ -67,9 +67,9 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
                  f"{m['generation_s']} / {m['policy_fwd_bwd_s']} / {m['reward_s']} / "
                  f"{m['rest_s']} of {m['total_s']}"),
                 (f"bookkeeping ({prof}): rest per output row, share of step",
-                 f"{m['rest_ms_per_output']} ms ({100 * m['rest_share']:.1f} %)"
+                 f"{m['rest_ms_per_output']} ms ({100 * m['rest_share']:.2f} %)"
                  + (f"; CPU time {m['rest_cpu_ms_per_output']} ms "
-                    f"({100 * m['rest_cpu_share']:.1f} %)" if "rest_cpu_s" in m else "")
+                    f"({100 * m['rest_cpu_share']:.2f} %)" if "rest_cpu_s" in m else "")
                  + f"; {m['outputs']:.0f} outputs, {m['rows']:.0f} rows, "
                  f"{d['setup'].get('policy', 'sampled')} policy, K={d['setup']['k']}")]
     if kind == "scaling":

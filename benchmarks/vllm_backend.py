@@ -97,13 +97,16 @@ def run(profile: str, n: int, turns: int, max_model_len: int,
         folder = str(cache_dir("models") / "smollm2-135m")
     tasks = bench_tasks(n)
     stops = stop_ids(model, tok)
-    counted_hf = CountingGenerator(HFGenerator(model, tok, seed=0, batch_size=n))
+    hf_gen = HFGenerator(model, tok, seed=0, batch_size=n)
+    counted_hf = CountingGenerator(hf_gen)
     t0 = time.perf_counter()
     rollout(tasks, counted_hf, tok, cfg, k=1)
     wall = time.perf_counter() - t0
     tokens = sum(c["generated_tokens"] for c in counted_hf.calls)
+    cache = hf_gen.prefix_cache
     hf = {"wall_s": round(wall, 2), "generated_tokens": tokens,
-          "tokens_per_s": round(tokens / wall, 2)}
+          "tokens_per_s": round(tokens / wall, 2), "prefix_cache": cache is not None,
+          "prefix_cache_reused_tokens": cache.reused_tokens if cache else 0}
     start = time.perf_counter()
     llm = LLM(model=folder, dtype="float32", max_model_len=max_model_len, seed=0,
               gpu_memory_utilization=0.15, enable_prefix_caching=True)
