@@ -139,6 +139,11 @@ def _weights_fingerprint(model: Any) -> tuple[Any, ...]:
     return params, str(adapters), disabled
 
 
+def _base_model(model: Any) -> Any:
+    """The transformers model inside a PEFT wrapper (``model`` itself when it is not one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def prefix_cache_supported(model: Any) -> str:
     """Why ``model`` cannot use a ``PrefixCache`` ("" when it can).
 
@@ -149,7 +154,7 @@ def prefix_cache_supported(model: Any) -> str:
     """
     from transformers import DynamicCache
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _base_model(model)
     if getattr(getattr(base, "generation_config", None), "cache_implementation", None):
         return "the model sets generation_config.cache_implementation"
     try:
@@ -174,8 +179,8 @@ def cache_kwarg(model: Any) -> str:
     """The name of the key/value cache argument of ``model``'s forward and ``generate``:
     ``cache`` (transformers ≥ 5.24, where ``past_key_values`` is deprecated) or
     ``past_key_values`` (older 5.x)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(_base_model(model).forward).parameters \
+        else "past_key_values"
 
 
 class PrefixCache:
@@ -243,12 +248,14 @@ class PrefixCache:
 
         Nothing is added when an entry already starts with ``ids`` (it serves them already, and
         ``kv`` would be a view pinning that entry's memory)."""
-        if any(len(e[0]) >= len(ids) and _common_prefix(e[0], ids) == len(ids)
-               for e in self.entries):
-            return
-        self.entries = [e for e in self.entries
-                        if not (len(e[0]) <= len(ids) and _common_prefix(e[0], ids) == len(e[0]))]
-        self.entries.append((ids, kv))
+        kept = []
+        for entry in self.entries:
+            shared = _common_prefix(entry[0], ids)
+            if shared == len(ids):  # the entry starts with ids (or equals them)
+                return
+            if shared < len(entry[0]):  # not extended by ids
+                kept.append(entry)
+        self.entries = kept + [(ids, kv)]
         total = sum(len(e[0]) for e in self.entries)
         while self.entries and total > self.max_tokens:
             total -= len(self.entries.pop(0)[0])
@@ -290,6 +297,7 @@ class HFGenerator:
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
         self.prefix_cache = None
+        self._cache_kwarg = cache_kwarg(model)  # fixed per model: not looked up per call
         if prefix_cache > 0:
             why = prefix_cache_supported(model)
             if why:
@@ -337,7 +345,7 @@ class HFGenerator:
         cache = (self._cached_prefill(prompts, device, width, max_new_tokens)
                  if self.prefix_cache else None)
         # a static cache is written in place; generate must not torch.compile for it
-        cached = ({cache_kwarg(self.model): cache, "disable_compile": True}
+        cached = ({self._cache_kwarg: cache, "disable_compile": True}
                   if cache is not None else {})
         sample = temperature > 0
         # Every decoding knob is set explicitly: unset ones would be filled from the model's own
@@ -398,16 +406,16 @@ class HFGenerator:
             n, kv = self.prefix_cache.lookup(ids)
             if n < len(ids):
                 past = DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
-                name = cache_kwarg(self.model)
                 out = self.model(input_ids=ids[n:].unsqueeze(0).to(device), use_cache=True,
-                                 logits_to_keep=1, **{name: past})
-                kv = [(layer.keys, layer.values) for layer in getattr(out, name).layers]
+                                 logits_to_keep=1, **{self._cache_kwarg: past})
+                kv = [(layer.keys, layer.values)
+                      for layer in getattr(out, self._cache_kwarg).layers]
             self.prefix_cache.reused_tokens += n
             self.prefix_cache.prefilled_tokens += len(ids) - n
             self.prefix_cache.add(ids, kv)
             rows.append(kv)
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        batch = StaticCache(config=base.config, max_cache_len=width + max_new_tokens)
+        batch = StaticCache(config=_base_model(self.model).config,
+                            max_cache_len=width + max_new_tokens)
         for layer, cache_layer in enumerate(batch.layers):
             k0, v0 = rows[0][layer]
             keys = k0.new_zeros((len(rows), k0.shape[1], width - 1, k0.shape[3]))
