@@ -244,6 +244,8 @@ def _finish(ep: Episode, cfg: Config, mode: str, n: int) -> dict[str, Any]:
         "task_id": ep.task_id, "suite": ep.suite, "repeat": ep.repeat, "reward": float(reward),
         "turns": ep.turns, "user_turns": ep.user_turns, "tool_calls": ep.tool_calls,
         "real_calls": ep.env.real_calls, "violations": ep.violations,
+        "failed_real_calls": sum(1 for e in ep.events if e["kind"] == "step"
+                                 for o in e["observations"] if o.get("error")),
         "parse_errors": ep.parse_errors, "stop_reason": ep.stop_reason,
         "rehearsal": mode, "n": n, "rehearsal_real_calls": ep.rehearsal_real_calls,
         "rehearsal_tokens": ep.rehearsal_tokens, "rehearse_outputs": ep.rehearse_outputs,

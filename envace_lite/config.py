@@ -49,6 +49,20 @@ class ModelConfig:
     vocab_size: int = 4096
     """``micro`` only: size of the BPE vocabulary trained on the warm-start transcripts (special
     tokens included); see ``micro.py`` for the measurement that chose it."""
+    split_digits: bool = False
+    """``micro`` only: every digit is its own pre-token, so an id (``W4284542``) is the same
+    token sequence wherever it appears and can be copied digit by digit (the drills profile:
+    without it, the policy never learned to copy an order id from the user's message)."""
+    pretrain: str = ""
+    """``micro`` only: "" (random init) or a tau2 domain (``retail``, ``airline``): before any
+    warm start, the model is trained as a language model on that domain's database records of
+    TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
+    them), so that it can copy ids as any pretrained LLM can (``micro.pretrained_base``). One
+    base per profile (seed ``pretrain_seed``), shared by every run seed."""
+    pretrain_epochs: float = 12.0
+    """``micro`` only: passes over the pretraining corpus."""
+    pretrain_seed: int = 0
+    """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"
@@ -152,7 +166,8 @@ class GRPOConfig:
     """A group with one output: ``self`` (μ = R, A = 0; the paper) or ``none`` (A = R; the
     reference code)."""
     empty_output_penalty: float = -0.1
-    """Reward of an empty output, applied per output before the baseline."""
+    """Penalty of an empty output: its reward is R - |penalty| (the official EnvACE reference
+    subtracts 0.1 from an empty output's trajectory score), applied before the baseline."""
     scale_std: bool = False
     """Divide advantages by the (task, role) reward std (off: the paper is mean-only)."""
     judge: str = "rule"
@@ -448,10 +463,33 @@ def _micro() -> Config:
     )
 
 
-PROFILES = {"smoke": _smoke, "micro": _micro, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled}
+def _drills() -> Config:
+    # The micro policy on the tau2 retail drills (envs/drills.py): short real tasks shaped like
+    # the paper's case studies, learnable in CPU minutes. SFT on a few gold transcripts per tier
+    # (warmstart.sft_share of ~2,500 train drills), RL on the other train drills, held-out
+    # evaluation on test drills (different users, orders and reservations).
+    cfg = _micro()
+    cfg.profile = "drills"
+    cfg.model.context_window = 1536
+    cfg.model.split_digits = True
+    # model.pretrain="retail" (domain pretraining) is a measured lever, off by default: docs/drills.md
+    cfg.rollout = RolloutConfig(rendering="compact", max_turns=5, max_prompt_tokens=1408,
+                                max_new_tokens_act=48, max_new_tokens_rehearse=320)
+    cfg.grpo = GRPOConfig(suites=["tau2-retail-drills"], num_generations=4, prompts_per_step=4,
+                          steps=16, learning_rate=3e-4)
+    cfg.eval = EvalConfig(suites=["tau2-retail-drills"], limit=120, max_turns=5)
+    cfg.warmstart = WarmStartConfig(sft_share=0.012, rl_overlap=False, max_user_turns=1,
+                                    token_budget=0, max_length=1536, epochs=12,
+                                    learning_rate=2e-3, warmup_steps=10, batch_size=4,
+                                    logging_steps=10, eval_first_turns=0)
+    return cfg
+
+
+PROFILES = {"smoke": _smoke, "micro": _micro, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled,
+            "drills": _drills}
 """Named profiles. Each call builds a fresh ``Config``."""
 
-OFFLINE_PROFILES = ("smoke", "micro", "laptop")
+OFFLINE_PROFILES = ("smoke", "micro", "laptop", "drills")
 """Profiles that need no model hub."""
 
 

@@ -208,6 +208,13 @@ def load_tasks(
         limit: keep the first ``limit`` tasks (0 keeps all). The cache holds the full split.
         rebuild: ignore the cache.
     """
+    from envace_lite.envs import DRILL_SUITES
+
+    if suite in DRILL_SUITES:  # generated with their solver's real calls: nothing to replay
+        from envace_lite.envs.drills import build_tasks
+
+        tasks = build_tasks(suite, split, rendering)
+        return tasks[:limit] if limit else tasks
     build_suite = {"tau2-retail": "tau2-retail-ticket",
                    "tau2-airline": "tau2-airline-ticket"}.get(suite, suite)
     path = _cache_path(build_suite, split, rendering)
@@ -245,10 +252,18 @@ def data_card(suites: list[str]) -> dict[str, Any]:
                 "user_turns": sum(len(t.checklist) for t in tasks),
                 "gold_calls": sum(len(g) for t in tasks for g in t.gold_calls),
                 "checklist_items": sum(len(c) for t in tasks for c in t.checklist),
-                "gold_call_errors": [f"{t.id}:{f}" for t in tasks for f in t.flags],
+                "gold_call_errors": [f"{t.id}:{f}" for t in tasks for f in t.flags
+                                     if f.startswith("gold_call_error")],
                 "ids_sha1": hashlib.sha1(
                     "\n".join(t.id for t in tasks).encode()).hexdigest()[:12],
             }
+        from envace_lite.envs import DRILL_SUITES
+
+        if suite in DRILL_SUITES:  # the generator, seed, tiers, counts, split rule, skipped drills
+            from envace_lite.envs.drills import DRILL_SUITES as domains
+            from envace_lite.envs.drills import card as drill_card
+
+            card[suite]["generation"] = drill_card(domains[suite])
     return card
 
 

@@ -44,6 +44,7 @@ from envace_lite.commit import (  # noqa: F401  (re-exported: the committed-exec
 from envace_lite.config import Config, get_config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import Generator
+from envace_lite.paths import read_jsonl
 from envace_lite.progress import get_logger
 from envace_lite.rehearsal import DECODING, MODES
 
@@ -127,12 +128,16 @@ def row_key(row: dict[str, Any]) -> tuple:
             int(row.get("n", 0)), row.get("rehearsal_policy", ""), row.get("policy", ""))
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``results.jsonl`` (an empty list when it does not exist)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def read_rows(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+    """The rows of a ``results.jsonl`` (an empty list when it does not exist).
+
+    A torn last row (a kill mid-write) is dropped with a warning; ``repair`` also cuts it off
+    the file, before rows are appended (see ``paths.read_jsonl``).
+
+    Raises:
+        ValueError: a row before the last is not JSON.
+    """
+    return read_jsonl(path, repair=repair)
 
 
 def _user_for(suite: str, cfg: Config) -> Any:
@@ -171,12 +176,17 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
     Returns:
         The rows of this configuration (done earlier or now), suite by suite, repeat-major, each
         with ``policy`` and ``rehearsal_policy`` labels added (see ``run_committed``).
+
+    Raises:
+        ValueError: a negative ``limit`` (or ``eval.limit``), or an unknown ``decoding``.
     """
     cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
     e, r = cfg.eval, cfg.rehearsal
     e.repeats = e.repeats if repeats is None else repeats
     e.decoding = e.decoding if decoding is None else decoding
     e.limit = e.limit if limit is None else limit
+    if e.limit < 0:  # ids[:-1] would silently run all tasks but the last
+        raise ValueError(f"limit must be >= 0 (0 = all tasks), got {e.limit}")
     e.split = e.split if split is None else split
     r.write_gate = r.write_gate if write_gate is None else write_gate
     if e.decoding not in DECODING:
@@ -196,7 +206,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
             loaded["rehearse"] = loaded["act"] if own else as_policy(rspec, cfg, seed)
         return loaded["act"], loaded["rehearse"]
     results = Path(out) / "results.jsonl" if out is not None else None
-    done = {row_key(x): x for x in read_rows(results)} if results is not None else {}
+    done = ({row_key(x): x for x in read_rows(results, repair=True)}  # cut a torn last row
+            if results is not None else {})
     suites = [suite] if isinstance(suite, str) else list(suite)
 
     def write(row: dict[str, Any]) -> None:
@@ -252,7 +263,10 @@ def evaluate_suites(generator: Generator, tokenizer: Any, cfg: Config,
 # ---------------------------------------------------------------------------------------------
 
 def benchmark_of(suite: str) -> str:
-    """``tau2`` or ``bfcl``."""
+    """``tau2``, ``bfcl``, or ``drills`` (generated from tau2's databases: never part of the
+    paper's tau2 average or Overall)."""
+    if suite.endswith("-drills"):
+        return "drills"
     return "tau2" if suite.startswith("tau2-") else "bfcl"
 
 
@@ -303,7 +317,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["suites"][suite] = {
             "avg_at_k": sum(per_repeat) / len(per_repeat), "k": len(repeats),
             "tasks": len(tasks), "episodes": len(sub), "ci95": ci95(task_means),
-            "per_repeat": per_repeat, "official": suite not in TICKET.values()}
+            "per_repeat": per_repeat,
+            "official": suite not in TICKET.values() and benchmark_of(suite) != "drills"}
     for bench in BENCHMARKS:
         suites = [s for s in out["suites"] if benchmark_of(s) == bench]
         if suites:

@@ -94,6 +94,10 @@ def heldout_point(cfg: Config, checkpoint: str, stage: str, step: int, *, eval_l
                             if rows else None),
         "fidelity_exact": held["exact_match"], "fidelity_error_agreement": held["error_agreement"],
         "fidelity_pairs": held["pairs"], "seconds": round(time.perf_counter() - start, 1),
+        # per task, for paired bootstrap CIs between checkpoints and modes (same task ids)
+        "per_task": {f"{r['suite']}|{r['task_id']}": float(r["reward"] or 0.0) for r in rows},
+        "failed_real_calls": (statistics.fmean(r.get("failed_real_calls", 0) for r in rows)
+                              if rows else None),
     }
     log.info("held-out %s (step %d): committed reward %s on %d tasks, fidelity exact %s / error "
              "agreement %s on %d pairs, %.0f s", stage, step, point["committed_reward"],

@@ -129,7 +129,8 @@ def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
 
     Args:
         trajs: scored trajectories (``reward`` set by ``rewards.score_trajectories``).
-        penalty: reward of an empty output (``rewards.output_rewards``), applied before the baseline.
+        penalty: ``cfg.grpo.empty_output_penalty``; an empty output gets R_i − |penalty|
+            (``rewards.output_rewards``), applied before the baseline.
 
     Returns:
         ``(rewards (N,), task_ids N × (suite, id), roles N, valid (N,) bool)``. ``valid`` is

@@ -109,7 +109,8 @@ def transcript_texts(ts: Any) -> list[str]:
     return texts
 
 
-def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> Any:
+def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False,
+              split_digits: bool = False) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
 
     Args:
@@ -117,6 +118,8 @@ def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> A
         vocab_size: total ids, the three special tokens and the 256 byte symbols included.
         split_words: GPT-2's regex split before BPE (merges stay within words); False lets merges
             cross word boundaries (the micro default, see the module docstring).
+        split_digits: isolate every digit before BPE (``model.split_digits``), so numbers and
+            ids are one token per digit.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with ``CHAT_TEMPLATE``, eos ``<|im_end|>``, pad
@@ -126,8 +129,10 @@ def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> A
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                     use_regex=split_words)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
+    backend.pre_tokenizer = (pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True), byte_level]) if split_digits
+        else byte_level)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
@@ -144,14 +149,18 @@ def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False) -> A
 
 
 def micro_corpus(cfg: Config) -> list[str]:
-    """The tokenizer corpus: ChatML texts of the SFT half's transcripts (train split only).
+    """The tokenizer corpus: ChatML texts of the SFT half's transcripts (train split only), plus
+    the pretraining documents when ``model.pretrain`` is set.
 
     The grounding draw uses seed 0 whatever ``run.seed`` is, so every seed of a profile shares
     one tokenizer.
     """
     from envace_lite.sft import build_transcripts, training_tasks
 
-    return transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
+    texts = transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
+    if cfg.model.pretrain:  # the pretraining documents shape the vocabulary too
+        texts += pretrain_corpus(cfg.model.pretrain)
+    return texts
 
 
 def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
@@ -166,13 +175,14 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
     from envace_lite.models import _cached, _write_cache
 
     texts = micro_corpus(cfg)
-    h = hashlib.sha1(json.dumps([_RECIPE, cfg.model.vocab_size]).encode())
+    key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else [])
+    h = hashlib.sha1(json.dumps(key).encode())
     for t in texts:
         h.update(t.encode())
     target = cache_dir("tokenizers") / f"micro-{h.hexdigest()[:12]}"
     if rebuild or not _cached(target, _RECIPE):
         start = time.perf_counter()
-        tok = train_bpe(texts, cfg.model.vocab_size)
+        tok = train_bpe(texts, cfg.model.vocab_size, split_digits=cfg.model.split_digits)
         _write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
         log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
                  len(tok), len(texts), time.perf_counter() - start, target)
@@ -214,8 +224,11 @@ def micro_model(cfg: Config, tokenizer: Any) -> Any:
 
 
 def micro_policy(cfg: Config) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of the micro profile (``models.load_policy`` calls this)."""
+    """``(model, tokenizer)`` of the micro profile (``models.load_policy`` calls this): random
+    init, or the domain-pretrained base when ``model.pretrain`` is set."""
     tok = micro_tokenizer(cfg)
+    if cfg.model.pretrain:
+        return pretrained_base(cfg, tok), tok
     return micro_model(cfg, tok), tok
 
 
@@ -254,5 +267,120 @@ def measure_vocab(cfg: Config, sizes: tuple[int, ...] = (1024, 2048, 4096, 8192)
     return table
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "measure_vocab", "micro_corpus",
-           "micro_model", "micro_policy", "micro_tokenizer", "train_bpe", "transcript_texts"]
+
+# ---------------------------------------------------------------------------------------------
+# Domain pretraining (model.pretrain): a base that can copy ids
+# ---------------------------------------------------------------------------------------------
+_PRETRAIN_RECIPE = 2
+"""Bump when the pretraining recipe changes (part of the cache fingerprint)."""
+
+
+def pretrain_corpus(domain: str) -> list[str]:
+    """Documents of tau2 ``domain``'s database for the TRAIN-split users only: per user, the
+    ``get_user_details`` output, then each order's ``get_order_details`` output (airline: each
+    reservation's ``get_reservation_details``), exactly as tau2 returns them, one document per
+    user. No test-split user, order or reservation appears (split rule: ``drills.test_user``).
+
+    Raises:
+        KeyError: an unknown domain.
+    """
+    from envace_lite.envs.drills import _Solver, check_domain, test_user
+
+    check_domain(domain)
+    solver = _Solver(domain)
+    docs = []
+    for uid in sorted(solver.db.users):
+        if test_user(uid):
+            continue
+        user = solver.db.users[uid]
+        parts = [solver.call("get_user_details", user_id=uid)[1]["content"]]
+        if domain == "retail":
+            parts += [solver.call("get_order_details", order_id=o)[1]["content"] for o in user.orders]
+        else:
+            parts += [solver.call("get_reservation_details", reservation_id=r)[1]["content"]
+                      for r in user.reservations]
+        docs.append("\n".join(parts))
+    return docs
+
+
+def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
+    """The micro model of ``cfg`` after domain pretraining (``model.pretrain``), trained once and
+    cached under ``cache_dir("pretrained")`` by a fingerprint of (recipe, model sizes, epochs,
+    seed, vocabulary, corpus).
+
+    Next-token loss on the corpus packed into 512-token blocks (documents joined by
+    ``<|im_end|>``), AdamW (lr 2e-3, 20 warm-up steps, cosine to 0, weight decay 0), 8 blocks per
+    step, fp32 on CPU. Logged: blocks, steps, first/last loss, seconds.
+
+    Returns:
+        A ``Qwen3ForCausalLM`` in eval mode.
+    """
+    import math
+
+    from transformers import Qwen3ForCausalLM
+
+    from envace_lite.models import _cached, _write_cache
+
+    m = cfg.model
+    docs = pretrain_corpus(m.pretrain)
+    key = [_PRETRAIN_RECIPE, m.pretrain, m.hidden_size, m.num_layers, m.num_heads,
+           m.intermediate_size, m.pretrain_epochs, m.pretrain_seed, len(tokenizer)]
+    h = hashlib.sha1(json.dumps(key).encode())
+    h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    for d in docs:
+        h.update(d.encode())
+    target = cache_dir("pretrained") / f"micro-{m.pretrain}-{h.hexdigest()[:12]}"
+    if _cached(target, _PRETRAIN_RECIPE):
+        return Qwen3ForCausalLM.from_pretrained(target).eval()
+    start = time.perf_counter()
+    seeded = copy_config(cfg, seed=m.pretrain_seed)
+    model = micro_model(seeded, tokenizer)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    stream: list[int] = []
+    for d in docs:
+        stream += tokenizer(d, add_special_tokens=False)["input_ids"] + [eos]
+    block, batch = 512, 8
+    blocks = torch.tensor(stream[: len(stream) // block * block]).view(-1, block)
+    gen = torch.Generator().manual_seed(m.pretrain_seed)
+    steps = max(1, int(m.pretrain_epochs * len(blocks) / batch))
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, s / steps))))
+    model.train()
+    order = torch.randperm(len(blocks), generator=gen)
+    losses = []
+    for step in range(steps):
+        idx = order[(step * batch) % len(blocks):][:batch]
+        if len(idx) < batch:
+            order = torch.randperm(len(blocks), generator=gen)
+            idx = order[:batch]
+        x = blocks[idx]
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        if step % 50 == 0:
+            log.info("pretrain %s step %d/%d loss %.3f", m.pretrain, step, steps, losses[-1])
+    model.eval()
+    _write_cache(target, _PRETRAIN_RECIPE, model.save_pretrained)
+    log.info("pretrained the micro base on %s: %d docs, %d blocks of %d, %d steps, loss %.2f -> "
+             "%.2f, %.0f s; cached at %s", m.pretrain, len(docs), len(blocks), block, steps,
+             losses[0], sum(losses[-20:]) / len(losses[-20:]), time.perf_counter() - start, target)
+    return model
+
+
+def copy_config(cfg: Config, seed: int) -> Config:
+    """A copy of ``cfg`` with ``run.seed`` set (the pretrained base ignores the run seed)."""
+    import copy as _copy
+
+    c = _copy.deepcopy(cfg)
+    c.run.seed = seed
+    return c
+
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "copy_config", "measure_vocab",
+           "micro_corpus", "micro_model", "micro_policy", "micro_tokenizer", "pretrain_corpus",
+           "pretrained_base", "train_bpe", "transcript_texts"]

@@ -5,9 +5,15 @@ Environment variables move each root: ``ENVACE_CACHE`` (default ``~/.cache/envac
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+from envace_lite.progress import get_logger
+
+log = get_logger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The checkout root (holds ``data/``, ``notebooks/``)."""
@@ -39,3 +45,42 @@ def new_run_dir(command: str, profile: str, seed: int, root: str | None = None) 
         path = base / command / f"{profile}__s{seed}__{stamp}-{n}"
     path.mkdir(parents=True)
     return path
+
+
+def read_jsonl(path: str | Path, repair: bool = False) -> list[Any]:
+    """The values of a JSONL file, one per non-blank line (``[]`` when it does not exist).
+
+    A last line that is not JSON is torn (a kill landed mid-write): it is dropped with a warning.
+
+    Args:
+        path: the file.
+        repair: also cut the torn last line off the file, so that rows appended later start on
+            a line of their own (call it before appending).
+
+    Returns:
+        The decoded lines, in order.
+
+    Raises:
+        ValueError: a line before the last is not JSON (names the file and the line number).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows, offset = [], 0
+    for i, line in enumerate(lines):
+        try:
+            if line.strip():
+                rows.append(json.loads(line.decode("utf-8")))
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError alike
+            if i < last:
+                raise ValueError(f"{path}, line {i + 1}: not a JSON line ({e})") from e
+            log.warning("%s, line %d: dropping a torn last line (%d bytes)%s", path, i + 1,
+                        len(data) - offset, ", cut off the file" if repair else "")
+            if repair:
+                with path.open("r+b") as f:
+                    f.truncate(offset)
+        offset += len(line) + 1
+    return rows

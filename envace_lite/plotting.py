@@ -21,6 +21,8 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from envace_lite.paths import read_jsonl
+
 STYLE = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "axes.grid": True,
     "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
@@ -307,7 +309,7 @@ def metric_rows(metrics: Any) -> list[dict[str, Any]]:
     if isinstance(metrics, (str, Path)):
         path = Path(metrics)
         path = path / "metrics.jsonl" if path.is_dir() else path
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return read_jsonl(path)
     return list(metrics)
 
 
@@ -539,7 +541,7 @@ def plot_rehearsal_cost(rows: list[dict[str, Any]] | str | Path, *, profile: str
         profile, source: named in the title.
     """
     if isinstance(rows, (str, Path)):
-        rows = [json.loads(x) for x in Path(rows).read_text().splitlines() if x.strip()]
+        rows = read_jsonl(rows)
     labels: list[str] = []
     for r in rows:
         mode = r.get("rehearsal", "none")

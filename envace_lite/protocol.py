@@ -159,6 +159,81 @@ def _loads(s: str) -> Any:
     return json.loads(s, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
+MAX_ARG_DEPTH = 32
+"""Arguments nested deeper than this (lists and objects, the arguments object counting 1) are
+dropped with a violation: downstream code that recurses (``asdict``, ``deepcopy``, the BFCL
+checks) must never meet the ~1000 levels that ``json.loads`` still accepts."""
+MAX_ARG_VALUES = 4096
+"""Arguments holding more JSON values than this (every value counts, containers included) are
+dropped with a violation."""
+
+
+def _loads_call(s: str, duplicates: list[str]) -> Any:
+    """``_loads`` that also appends to ``duplicates`` every key an object repeats.
+
+    Raises:
+        ValueError or RecursionError, as ``_loads``.
+    """
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    duplicates.append(key)
+                seen.add(key)
+        return obj
+
+    return json.loads(s, parse_constant=_reject_constant, parse_float=_finite_float,
+                      object_pairs_hook=pairs_hook)
+
+
+def _out_of_bounds(args: dict[str, Any]) -> str:
+    """Why ``args`` is too deep or too large ("" when within bounds); iterative, never recurses."""
+    stack, values = [(args, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > MAX_ARG_VALUES:
+            return f"arguments dropped: more than {MAX_ARG_VALUES} JSON values"
+        if isinstance(value, (dict, list)):
+            if depth > MAX_ARG_DEPTH:
+                return f"arguments dropped: nested more than {MAX_ARG_DEPTH} levels deep"
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((x, depth + 1) for x in items)
+    return ""
+
+
+def _utf8(s: str) -> str:
+    """``s`` with each lone surrogate (not encodable as UTF-8) written out as ``\\udXXX``."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _escape_surrogates(value: Any, path: str, found: list[str]) -> Any:
+    """``value`` with lone surrogates escaped in every string and key (recursive: call it only
+    within ``MAX_ARG_DEPTH``); the JSON path of each escape goes to ``found``."""
+    if isinstance(value, str):
+        fixed = _utf8(value)
+        if fixed != value:
+            found.append(path)
+        return fixed
+    if isinstance(value, list):
+        return [_escape_surrogates(x, f"{path}[{i}]", found) for i, x in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, x in value.items():
+            key = _utf8(k)
+            if key != k:
+                found.append(f"{path} key {key!r}")
+            out[key] = _escape_surrogates(x, f"{path}.{key}", found)
+        return out
+    return value
+
+
 def _unfence(s: str) -> str:
     """Strip whitespace and one Markdown code fence around the whole string (```json ... ```)."""
     s = s.strip()
@@ -201,12 +276,18 @@ def check_call(name: str, arguments: dict[str, Any], tools: list[dict[str, Any]]
 
 def _decode_call(block: str, k: int,
                  tools: list[dict[str, Any]]) -> ToolCall | tuple[ErrorCode, str]:
-    """One ``<tool_call>`` block to a ``ToolCall``, or ``(error_code, reason)``."""
+    """One ``<tool_call>`` block to a ``ToolCall``, or ``(error_code, reason)``.
+
+    Besides ``check_call``'s, the call's violations report (first) repeated keys, arguments
+    dropped for exceeding ``MAX_ARG_DEPTH`` or ``MAX_ARG_VALUES``, and lone surrogates escaped
+    as text, so that every call renders as valid UTF-8 (``call_json``).
+    """
     s = _unfence(block)
     if not s:
         return ErrorCode.EMPTY_CALL, f"call {k}: empty <tool_call> block"
+    duplicates: list[str] = []
     try:
-        obj = _loads(s)
+        obj = _loads_call(s, duplicates)
     except (ValueError, RecursionError) as e:
         return ErrorCode.BAD_JSON, f"call {k}: not valid JSON ({str(e)[:120]})"
     if not isinstance(obj, dict):
@@ -219,7 +300,7 @@ def _decode_call(block: str, k: int,
     args = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     if isinstance(args, str):  # OpenAI style: the arguments as a JSON string
         try:
-            args = _loads(args)
+            args = _loads_call(args, duplicates)
         except (ValueError, RecursionError):
             return ErrorCode.ARGS_NOT_OBJECT, f"call {k}: \"arguments\" string is not JSON"
         if not isinstance(args, dict):
@@ -228,8 +309,19 @@ def _decode_call(block: str, k: int,
         args = {}
     if not isinstance(args, dict):
         return ErrorCode.ARGS_NOT_OBJECT, f"call {k}: \"arguments\" is a {type(args).__name__}"
-    return ToolCall(name=name, arguments=args, violations=check_call(name, args, tools),
-                    call_id=f"call_{k}")
+    violations = [f"duplicate key {d!r} in the call JSON (the last value is used)"[:200]
+                  for d in dict.fromkeys(duplicates)]
+    if bound := _out_of_bounds(args):
+        violations.append(bound)
+        args = {}
+    escaped: list[str] = []
+    name, args = _escape_surrogates(name, "name", escaped), _escape_surrogates(args, "arguments",
+                                                                               escaped)
+    violations += [f"{where}: a lone surrogate (not valid UTF-8) was escaped as text"[:200]
+                   for where in escaped]
+    if not bound:
+        violations += check_call(name, args, tools)
+    return ToolCall(name=name, arguments=args, violations=violations, call_id=f"call_{k}")
 
 
 def parse_act(text: str, tools: list[dict[str, Any]],
@@ -242,10 +334,13 @@ def parse_act(text: str, tools: list[dict[str, Any]],
     One failed block makes the whole reply an error (as in the reference code). Inside a block,
     one surrounding code fence is tolerated; ``"parameters"`` is accepted for ``"arguments"``, a
     JSON string of arguments is decoded (OpenAI style), missing or null arguments mean ``{}``, and
-    other keys are ignored. A JSON array of calls is ``NOT_OBJECT``: the format is one object per
-    tag. A last ``<tool_call>`` that never closes is accepted when its rest is a complete JSON value
-    (a stop string ate the close tag), else ``UNCLOSED_TAG``. Duplicate calls are kept. Bare JSON
-    without tags is a final answer.
+    other keys are ignored. Violations, not errors: a repeated key (the last value wins),
+    arguments beyond ``MAX_ARG_DEPTH`` or ``MAX_ARG_VALUES`` (dropped: the call gets ``{}``), a
+    lone surrogate (escaped as ``\\udXXX`` text). A JSON array of calls is ``NOT_OBJECT``: the
+    format is one object per tag. A last ``<tool_call>`` that never closes is accepted when its
+    rest is a complete JSON value (a stop string ate the close tag), else ``UNCLOSED_TAG``.
+    Duplicate calls are kept. Bare JSON without tags is a final answer. Think-stripping never
+    edits inside a call (``strip_think``), and the tag scan is linear in the text.
 
     Args:
         text: the decoded completion.

@@ -5,18 +5,34 @@ weights of a turn sum to 1. An item passes when ANY step of its user turn satisf
 
 ==============  ==================================================================================
 ``call``        a call with the same tool name whose key arguments equal the item's, after JSON
-                normalisation (``data.normalize``); other arguments are not compared
-``observation`` the observation of such a matching call contains every expected value (substring)
+                normalisation (``data.normalize``), AND whose observation is not an error
+                (``Observation.error``); other arguments are not compared. Official EnvACE
+                reference: its judge prompt rules that a call answered by an error "is not
+                valid", and a failed tool call zeroes the turn there
+``observation`` the observation of such a matching, non-error call contains every expected value
+                (substring)
 ``communicate`` the turn's final text contains the string: tau2's ``CommunicateEvaluator`` rule,
                 ``info.lower() in text.lower().replace(",", "")`` (tau2
                 ``evaluator/evaluator_communicate.py``, ``evaluate_communicate_info``; commas are
                 removed from the text only, as there)
 ``no_call``     the turn made no tool call AND was closed (a final answer or a terminal tool). A
                 turn cut off by a parse error does not pass: otherwise garbage would earn the full
-                reward of every "ask, don't call" turn. Deliberate; it is our rule, not tau2's.
+                reward of every "ask, don't call" turn. Deliberate; it is our rule, not tau2's
+                (in ``checklist_reward`` the interrupted-turn rule below now covers it too)
 ==============  ==================================================================================
 
-R = Σ_turns (Σ passed weights) / number of reference user turns; unreached turns score 0.
+R = Σ_turns (Σ passed weights) / number of reference user turns; unreached turns score 0, and so
+does an INTERRUPTED turn: a reached user turn that did not close (no final answer text and no
+terminal tool; i.e. ``stop_reason`` ``parse_error``, ``context_budget``, ``turn_limit`` or
+``env_done`` cut it off) scores 0 whatever it matched before the cut. Official EnvACE reference:
+a turn's reward is emitted only when the turn completes, and a parse error or the length cap ends
+the episode with reward 0 for the open turn. The paper does not state a rule; partial credit
+would pay a good call followed by garbage. Both the rule judge and ``LLMJudge`` apply it
+(``_aggregate``).
+
+Per output (``output_rewards``): an EMPTY ACT or REHEARSE output gets R_i − |p|, p =
+``cfg.grpo.empty_output_penalty`` (official EnvACE reference: ``invalid_action_penalty_coef`` 0.1
+is subtracted from the trajectory score of an output whose text is empty).
 
 A failed judge (LLM judge HTTP error, timeout, bad JSON, wrong item count; or a crashing
 ``env.score()``) never scores 0: the trajectory gets ``reward=None, reward_valid=False`` and the
@@ -71,20 +87,24 @@ def judge_turn(items: list[ChecklistItem], steps: list[Step], final_text: str,
         steps: the steps of THIS user turn (terminal pseudo-tools are never recorded as steps).
         final_text: the ACT final answer that closed the turn ("" if none).
         closed: whether the turn was closed (final answer or terminal tool); default: a non-empty
-            ``final_text``. Only ``no_call`` items read it.
+            ``final_text``. Only ``no_call`` items read it: the zero score of an interrupted turn
+            is applied by the aggregation (``checklist_reward``), not here.
 
     Returns:
-        One bool per item, in order.
+        One bool per item, in order. A step whose observation is an error
+        (``Observation.error``) never satisfies a ``call`` or ``observation`` item (official
+        EnvACE reference).
     """
     closed = bool((final_text or "").strip()) if closed is None else closed
+    ok_steps = [s for s in steps if not s.observation.error]
     verdicts = []
     for it in items:
         if it.kind == "call":
-            ok = any(call_matches(it, s) for s in steps)
+            ok = any(call_matches(it, s) for s in ok_steps)
         elif it.kind == "observation":
             values = [str(v) for v in (it.expected or [])]
             ok = any(call_matches(it, s) and all(v in s.observation.content for v in values)
-                     for s in steps)
+                     for s in ok_steps)
         elif it.kind == "communicate":
             ok = communicated(str(it.expected), final_text)
         elif it.kind == "no_call":
@@ -97,32 +117,48 @@ def judge_turn(items: list[ChecklistItem], steps: list[Step], final_text: str,
 
 
 def _turn_closed(traj: Trajectory, u: int) -> bool:
+    """Whether reached user turn ``u`` closed: its final answer text (``rollout._close_user_turn``
+    writes ``final_texts[u]``), or the terminal tool that ended the episode in it (``stop_reason``
+    ``terminal_tool``). Every other stop (``parse_error``, ``context_budget``, ``turn_limit``,
+    ``env_done``) leaves the last reached turn open."""
     if u < len(traj.final_texts) and traj.final_texts[u].strip():
         return True
     return u == traj.user_turns_reached - 1 and traj.stop_reason == "terminal_tool"
 
 
 def _aggregate(traj: Trajectory, verdicts: list[list[bool]], judge: str) -> tuple[float, dict]:
-    """R and details from per-reached-turn verdicts (unreached turns score 0)."""
+    """R and details from per-reached-turn verdicts.
+
+    Unreached turns score 0, and so do reached turns that did not close (``_turn_closed``): an
+    interrupted turn gets no partial credit (official EnvACE reference). ``items`` keep the raw
+    verdicts, so the viewer still shows what an interrupted turn matched; ``closed`` says which
+    turns counted.
+    """
     checklist = traj.task.checklist
     n_turns = max(1, len(checklist))
-    scores, items = [], []
+    scores, items, closed = [], [], []
     for u, turn in enumerate(checklist):
         v = verdicts[u] if u < len(verdicts) else [False] * len(turn)
-        scores.append(sum(it.weight for it, ok in zip(turn, v) if ok))
+        c = u < len(verdicts) and _turn_closed(traj, u)
+        scores.append(sum(it.weight for it, ok in zip(turn, v) if ok) if c else 0.0)
         items.append([{"kind": it.kind, "tool": it.tool, "weight": it.weight, "passed": ok}
                       for it, ok in zip(turn, v)])
+        closed.append(c)
     return sum(scores) / n_turns, {"judge": judge, "turn_scores": scores, "items": items,
-                                   "user_turns": len(checklist),
+                                   "closed": closed, "user_turns": len(checklist),
                                    "reached": traj.user_turns_reached}
 
 
 def checklist_reward(traj: Trajectory) -> tuple[float, dict[str, Any]]:
     """R_i = Σ turn scores / reference user turns, with the rule judge (DESIGN §1).
 
+    A reached turn that did not close scores 0 (see the module docstring).
+
     Returns:
         ``(R in [0, 1], details)``; details hold ``turn_scores`` (one per reference user turn),
-        ``items`` (per turn, per item: kind, tool, weight, passed), ``user_turns``, ``reached``.
+        ``items`` (per turn, per item: kind, tool, weight, passed: the raw verdict, also for a
+        turn that scored 0), ``closed`` (per turn: whether it counted), ``user_turns``,
+        ``reached``.
     """
     verdicts = []
     for u in range(min(traj.user_turns_reached, len(traj.task.checklist))):
@@ -176,7 +212,8 @@ class LLMJudge:
     """A checklist judge served by an OpenAI-compatible ``/chat/completions`` endpoint.
 
     It is asked for one boolean per checklist item of the REACHED user turns (unreached turns
-    score 0 without asking); R is then aggregated exactly as by the rule judge.
+    score 0 without asking); R is then aggregated exactly as by the rule judge, so a reached turn
+    that did not close scores 0 whatever the verdicts (official EnvACE reference).
 
     Args:
         base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1``.
@@ -289,10 +326,18 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
 def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
     """One reward per output of ``traj.outputs``, in order (DESIGN §8 "Training").
 
-    An EMPTY output's reward is REPLACED by ``penalty`` (it does not get R_i + penalty): this is
-    the reference's "empty output scores −0.1", applied per output before the baseline. The
-    trajectory's R is unchanged. An invalid trajectory (failed judge) gets 0.0 placeholders: the
-    caller must pass ``output_valid(traj)`` as the mask.
+    An EMPTY output (``Output.empty``: an ACT or REHEARSE output with no text) gets
+    ``R_i − |penalty|``, applied per output before the baseline; every other output gets R_i.
+    Official EnvACE reference: the trainer subtracts ``invalid_action_penalty_coef`` (0.1) from
+    the trajectory score of each output whose text is empty (``is_action_valid`` 0). Only the
+    magnitude is used, so the config's signed ``-0.1`` and the reference's coefficient ``0.1``
+    both give R_i − 0.1: an empty output is never rewarded above its trajectory. The trajectory's
+    R is unchanged. An invalid trajectory (failed judge) gets 0.0 placeholders: the caller must
+    pass ``output_valid(traj)`` as the mask.
+
+    Args:
+        traj: a scored trajectory.
+        penalty: ``cfg.grpo.empty_output_penalty``; its magnitude is subtracted.
 
     Raises:
         ValueError: the trajectory was not scored.
@@ -301,7 +346,8 @@ def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
         return [0.0] * len(traj.outputs)
     if traj.reward is None:
         raise ValueError(f"{traj.task.id} #{traj.index} is not scored: call score_trajectories")
-    return [penalty if o.empty else float(traj.reward) for o in traj.outputs]
+    r = float(traj.reward)
+    return [r - abs(penalty) if o.empty else r for o in traj.outputs]
 
 
 def output_valid(traj: Trajectory) -> list[bool]:

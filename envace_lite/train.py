@@ -9,10 +9,10 @@
                                      (per_role: also ``rehearse_policy.safetensors``)
 
 Resume: calling ``train`` again on the same run dir continues from the last *complete* checkpoint
-(one holding ``trainer_state.json``, which HF writes last). Incomplete checkpoint folders and
-metrics rows past that step (written before a kill landed) are removed first, so rows 1..N appear
-once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is written and the
-process exits with status 143.
+(one whose ``trainer_state.json``, which HF writes last, parses). Incomplete checkpoint folders and
+metrics rows past that step (written before a kill landed; a torn last row too) are removed first,
+so rows 1..N appear once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is
+written and the process exits with status 143.
 
 Usage::
 
@@ -39,7 +39,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from envace_lite.config import Config, get_config
-from envace_lite.paths import new_run_dir
+from envace_lite.paths import new_run_dir, read_jsonl
 from envace_lite.progress import get_logger, is_rank0, progress
 from envace_lite.types import ROLES
 
@@ -171,11 +171,12 @@ def step_metrics(record: Any) -> dict[str, Any]:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``run_dir/metrics.jsonl`` (empty if absent)."""
-    path = Path(run_dir) / METRICS
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of ``run_dir/metrics.jsonl`` (empty if absent; a torn last row is dropped).
+
+    Raises:
+        ValueError: a row before the last is not JSON (see ``paths.read_jsonl``).
+    """
+    return read_jsonl(Path(run_dir) / METRICS)
 
 
 def trim_metrics(run_dir: str | Path, last_step: int) -> int:
@@ -255,15 +256,23 @@ def _step_of(path: Path) -> int:
     return int(path.name.rsplit("-", 1)[1])
 
 
+def _complete(checkpoint: Path) -> bool:
+    """Whether a checkpoint's ``trainer_state.json`` (HF writes it last) is there and parses."""
+    try:
+        return isinstance(json.loads((checkpoint / "trainer_state.json").read_text()), dict)
+    except (OSError, ValueError):  # absent, or torn by a kill during the save
+        return False
+
+
 def last_checkpoint(run_dir: str | Path, clean: bool = False) -> Path | None:
-    """The newest complete checkpoint of a run (``trainer_state.json`` present), or None.
+    """The newest complete checkpoint of a run (its ``trainer_state.json`` parses), or None.
 
     Args:
         clean: delete incomplete checkpoint folders newer than it (a kill during a save).
     """
     folder = Path(run_dir) / CHECKPOINTS
     found = sorted(folder.glob("checkpoint-*"), key=_step_of) if folder.exists() else []
-    complete = [p for p in found if (p / "trainer_state.json").exists()]
+    complete = [p for p in found if _complete(p)]
     last = complete[-1] if complete else None
     if clean:
         for p in found:

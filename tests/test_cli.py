@@ -14,12 +14,14 @@ def test_check_benchmarks_gold_and_corrupted_json():
     res = runner.invoke(app, ["check-benchmarks", "--suite", "bfcl-base", "--split", "test", "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output.strip().splitlines()[-1])
+    assert report.pop("seconds") > 0  # the replay's wall time, for the closing note
     assert report == {"suite": "bfcl-base", "split": "test", "tasks": 50, "passed": 50,
                       "failed_ids": []}
     res = runner.invoke(app, ["check-benchmarks", "--suite", "tau2-airline-ticket", "--split",
                               "test", "--corrupt", "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output.strip().splitlines()[-1])
+    assert report["seconds"] > 0
     # 14 of the 20 airline test tasks have a write call; dropping it always fails
     assert (report["tasks"], report["failed"], report["still_passing_ids"]) == (14, 14, [])
 

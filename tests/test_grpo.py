@@ -77,19 +77,19 @@ def out_(role: str, empty: bool = False) -> Output:
 
 
 def test_masked_judge_failure_and_empty_penalty_through_flatten_outputs():
-    # trajectory 0: R=1, outputs act, rehearse, act(empty → -0.1); trajectory 1: R=0.5 with act,
-    # rehearse; trajectory 2: the judge failed (reward None) with act, rehearse → masked.
+    # trajectory 0: R=1, outputs act, rehearse, act(empty → R - 0.1 = 0.9; it was REPLACED by
+    # -0.1 before: the official EnvACE reference subtracts the penalty from R); trajectory 1:
+    # R=0.5 with act, rehearse; trajectory 2: the judge failed (reward None) → masked.
     t0 = Trajectory(task_("x"), 0, outputs=[out_(A), out_(R), out_(A, empty=True)], reward=1.0)
     t1 = Trajectory(task_("x"), 1, outputs=[out_(A), out_(R)], reward=0.5)
     t2 = Trajectory(task_("x"), 2, outputs=[out_(A), out_(R)], reward=None, reward_valid=False)
     rewards, task_ids, roles, valid = flatten_outputs([t0, t1, t2], penalty=-0.1)
-    assert close(rewards, [1.0, 1.0, -0.1, 0.5, 0.5, 0.0, 0.0])
+    assert close(rewards, [1.0, 1.0, 0.9, 0.5, 0.5, 0.0, 0.0])
     assert valid.tolist() == [True] * 5 + [False] * 2
     assert roles == [A, R, A, A, R, A, R] and set(task_ids) == {("toy", "x")}
     adv = rolewise_advantages(rewards, task_ids, roles, valid)
-    # μ_act = (1 - 0.1 + 0.5)/3 = 1.4/3; μ_reh = (1 + 0.5)/2 = 0.75
-    mu = 1.4 / 3
-    assert close(adv, [1 - mu, 0.25, -0.1 - mu, 0.5 - mu, -0.25, 0.0, 0.0])
+    # μ_act = (1 + 0.9 + 0.5)/3 = 0.8; μ_reh = (1 + 0.5)/2 = 0.75
+    assert close(adv, [0.2, 0.25, 0.1, -0.3, -0.25, 0.0, 0.0])
 
 
 def test_two_tasks_interleaved_in_one_batch():

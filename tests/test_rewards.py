@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import pytest
 
+from envace_lite.data import build_checklist
 from envace_lite.rewards import (
     LLMJudge,
     checklist_reward,
@@ -50,6 +51,25 @@ def traj(steps, finals, reached, stop="final_answer", t=None, outputs=()) -> Tra
                       user_turns_reached=reached, stop_reason=stop, outputs=list(outputs))
 
 
+USER = '{"user_id": "u1", "name": "Ann"}'
+
+
+def lookup_turn(communicate=()) -> list[ChecklistItem]:
+    """A lookup turn built like the data: one gold call get_user(u1) whose real output is USER.
+
+    ``data.KIND_SHARES`` renormalised over the kinds present: without ``communicate``
+    call = 0.6 / 0.8 = 0.75 and observation (expects "u1", "Ann") = 0.2 / 0.8 = 0.25; with it
+    call 0.6, observation 0.2, communicate 0.2.
+    """
+    return build_checklist([ToolCall("get_user", {"user_id": "u1"})], [Observation(USER)],
+                           [None], list(communicate))
+
+
+def lookup(content=USER, user_turn=0, error=False) -> Step:
+    return Step(0, user_turn, ToolCall("get_user", {"user_id": "u1"}),
+                Observation(content, error=error), "rehearsed")
+
+
 # ---------------------------------------------------------------------------------------------
 # judge_turn
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +95,27 @@ def test_observation_item_needs_a_matching_call_with_every_value():
     assert judge_turn([it], [one], "") == [False]
     assert judge_turn([it], [other_city], "") == [False]
     assert judge_turn([it], [one, other_city, both], "") == [True]  # ANY step of the turn
+
+
+def test_a_call_answered_by_an_error_passes_neither_call_nor_observation():
+    # official EnvACE reference: a call whose tool response is an error is not a valid call
+    call, obs = TURN0[0], TURN0[1]
+    failed = step("get_weather", {"city": "Paris", "days": 2}, "Error: 18C sunny")
+    failed.observation.error = True
+    retry = step("get_weather", {"city": "Paris", "days": 2}, "18C sunny")
+    assert judge_turn([call, obs], [failed], "") == [False, False]
+    assert judge_turn([call, obs], [failed, retry], "") == [True, True]  # a clean retry passes
+
+
+def test_error_observation_reward_by_hand():
+    # lookup turn (call 0.75, observation 0.25): the matching call's observation holds "u1" and
+    # "Ann" but is an error -> both items fail; the turn closed ("Sorry."), R = 0 / 1 = 0.0.
+    # It used to pass both: R = 0.75 + 0.25 = 1.0.
+    t = traj([lookup(error=True)], ["Sorry."], reached=1, t=task([lookup_turn()]))
+    r, d = checklist_reward(t)
+    assert r == pytest.approx(0.0) and [i["passed"] for i in d["items"][0]] == [False, False]
+    t.steps = [lookup()]  # the same call without the error: 0.75 + 0.25 = 1.0
+    assert checklist_reward(t)[0] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("info,text,expected", [
@@ -143,6 +184,37 @@ def test_no_call_turn_cut_off_by_a_parse_error_scores_zero():
     assert checklist_reward(t)[0] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("stop", ["parse_error", "context_budget", "turn_limit", "env_done"])
+def test_interrupted_user_turn_scores_zero(stop):
+    # a good call, then the turn is cut off (e.g. broken JSON -> parse_error): no final text.
+    # Lookup turn (call 0.75 + observation 0.25, both matched): it used to score R = 1.0; the
+    # official EnvACE reference scores the open turn 0 -> R = 0 / 1 = 0.0.
+    t = traj([lookup()], [""], reached=1, stop=stop, t=task([lookup_turn()]))
+    r, d = checklist_reward(t)
+    assert r == pytest.approx(0.0) and d["turn_scores"] == [0.0] and d["closed"] == [False]
+    assert [i["passed"] for i in d["items"][0]] == [True, True]  # raw verdicts are kept
+    # with communicate (call 0.6, observation 0.2, communicate 0.2) and "Bob" in the output the
+    # observation item misses "Ann": the partial credit was 0.6; now 0.0
+    partial = traj([lookup('{"user_id": "u1", "name": "Bob"}')], [""], reached=1, stop=stop,
+                   t=task([lookup_turn(["Ann"])]))
+    assert checklist_reward(partial)[0] == pytest.approx(0.0)
+
+
+def test_closed_turns_keep_their_score_and_only_the_open_turn_scores_zero():
+    # closed by a final answer: 0.75 + 0.25 = 1.0; by a terminal tool: 1.0 as well
+    assert checklist_reward(traj([lookup()], ["Ann"], 1, t=task([lookup_turn()])))[0] == \
+        pytest.approx(1.0)
+    assert checklist_reward(traj([lookup()], [""], 1, stop="terminal_tool",
+                                 t=task([lookup_turn()])))[0] == pytest.approx(1.0)
+    # two lookup turns: turn 0 closed (1.0), turn 1 a good call then a parse error (0):
+    # R = (1.0 + 0) / 2 = 0.5 (it was (1.0 + 1.0) / 2 = 1.0)
+    t = traj([lookup(), lookup(user_turn=1)], ["Ann", ""], reached=2, stop="parse_error",
+             t=task([lookup_turn(), lookup_turn()]))
+    r, d = checklist_reward(t)
+    assert r == pytest.approx(0.5) and d["turn_scores"] == pytest.approx([1.0, 0.0])
+    assert d["closed"] == [True, False]
+
+
 # ---------------------------------------------------------------------------------------------
 # Per-output rewards and masks
 # ---------------------------------------------------------------------------------------------
@@ -151,17 +223,31 @@ def out(role, empty=False, source="policy") -> Output:
     return Output(role, 0, [1], [2], "", empty=empty, source=source)
 
 
-def test_empty_output_penalty_replaces_r_and_keeps_trajectory_r():
+def test_empty_output_penalty_subtracts_from_r_and_keeps_trajectory_r():
     t = traj([step("get_weather", {"city": "Paris", "days": 2}, "18C")], ["18 degrees"], 1,
              outputs=[out("act"), out("rehearse", empty=True), out("act", empty=True)])
     with pytest.raises(ValueError, match="not scored"):
         output_rewards(t)
     stats = score_trajectories([t])
     assert stats == {"n": 1, "invalid": 0, "reward_mean": pytest.approx(0.4)}
-    assert output_rewards(t) == pytest.approx([0.4, -0.1, -0.1])
-    assert output_rewards(t, penalty=-0.5) == pytest.approx([0.4, -0.5, -0.5])
+    # empty outputs get R - 0.1 = 0.3 (they were REPLACED by -0.1 before; the official EnvACE
+    # reference subtracts the penalty from R), and R - 0.5 = -0.1 with penalty -0.5
+    assert output_rewards(t) == pytest.approx([0.4, 0.3, 0.3])
+    assert output_rewards(t, penalty=-0.5) == pytest.approx([0.4, -0.1, -0.1])
     assert t.reward == pytest.approx(0.4)
     assert output_valid(t) == [True, True, True]
+
+
+def test_empty_output_reward_is_r_minus_p_by_hand():
+    # lookup turn closed by "Ann": R = 0.75 + 0.25 = 1.0. The empty REHEARSE output gets
+    # R - p = 1.0 - 0.1 = 0.9 (it was -0.1); p's sign does not matter: the config's -0.1 and
+    # the reference's coefficient 0.1 both subtract 0.1, never add it
+    t = traj([lookup()], ["Ann"], 1, t=task([lookup_turn()]),
+             outputs=[out("act"), out("rehearse", empty=True), out("act")])
+    score_trajectories([t])
+    assert t.reward == pytest.approx(1.0)
+    assert output_rewards(t, penalty=-0.1) == pytest.approx([1.0, 0.9, 1.0])
+    assert output_rewards(t, penalty=0.1) == pytest.approx([1.0, 0.9, 1.0])
 
 
 def test_output_valid_masks_frozen_simulator_and_invalid_trajectories():
@@ -230,6 +316,16 @@ def test_llm_judge_good_garbage_and_http_error(judge_url):
         assert stats == {"n": 1, "invalid": 1, "reward_mean": None}
         assert t.reward is None and not t.reward_valid
         assert "judge_error" in t.reward_details
+
+
+def test_llm_judge_scores_an_interrupted_turn_zero(judge_url):
+    # every verdict true, but turn 0 was cut off by a parse error (no final text): turn 0 = 0,
+    # turn 1 unreached = 0 -> R = 0 / 2 = 0.0 (it was (0.5 + 0.2 + 0.3) / 2 = 0.5)
+    t = traj([step("get_weather", {"city": "Paris", "days": 2}, "18C sunny")], [""],
+             reached=1, stop="parse_error")
+    _Handler.reply = (200, '{"verdicts": [true, true, true]}')
+    assert score_trajectories([t], LLMJudge(judge_url, "judge-model", timeout=5))["invalid"] == 0
+    assert t.reward == pytest.approx(0.0) and t.reward_details["closed"] == [False, False]
 
 
 def test_llm_judge_unreachable_endpoint_is_masked():

@@ -285,6 +285,17 @@ def test_gated_and_always_replay(tok):
     assert free.stop_reason == "final_answer" and free.user_turns_reached == 2
 
 
+def test_good_call_then_broken_json_scores_zero(tok):
+    # the toy turn's one item is the Paris call (weight 1.0). ACT makes it, REHEARSE answers,
+    # then ACT writes broken JSON: parse_error, the user turn never closed. The matched call
+    # used to give R = 1.0; an interrupted turn now scores 0 (official EnvACE reference)
+    broken = '<tool_call>{"name": "get_weather", "arguments": {</tool_call>'
+    (t,), _ = run(tok, [CALL, broken])
+    assert t.stop_reason == "parse_error" and len(t.steps) == 1 and t.final_texts == [""]
+    r, d = checklist_reward(t)
+    assert r == pytest.approx(0.0) and d["items"][0][0]["passed"] and d["closed"] == [False]
+
+
 def test_context_budget_stops_before_generating(tok):
     task = toy_task()
     n = len(chat_ids(tok, protocol.act_messages(task.messages, TOOLS, "compact", 600)))

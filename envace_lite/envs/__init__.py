@@ -12,6 +12,9 @@ Suites (the name says the protocol):
 ``bfcl-miss_func``     BFCL v4 multi-turn, a function held out until a later turn
 ``bfcl-miss_param``    BFCL v4 multi-turn, a parameter withheld (the model should ask)
 ``bfcl-long_context``  BFCL v4 multi-turn with large distractor state
+``tau2-retail-drills`` drills generated from tau2's retail DB: lookup, two-hop, rule-gated
+                       cancel and return (``drills.py``), scored by tau2's evaluator
+``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
 =====================  =====================================================================
 
 Usage::
@@ -27,7 +30,8 @@ TAU2_SUITES = (
     "tau2-telecom", "tau2-retail", "tau2-airline", "tau2-retail-ticket", "tau2-airline-ticket",
 )
 BFCL_SUITES = ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context")
-SUITES = TAU2_SUITES + BFCL_SUITES
+DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills")
+SUITES = TAU2_SUITES + BFCL_SUITES + DRILL_SUITES
 
 
 def _module(suite: str):
@@ -35,6 +39,8 @@ def _module(suite: str):
         from envace_lite.envs import tau2 as mod
     elif suite in BFCL_SUITES:
         from envace_lite.envs import bfcl as mod
+    elif suite in DRILL_SUITES:
+        from envace_lite.envs import drills as mod
     else:
         raise KeyError(f"unknown suite {suite!r}: choose one of {list(SUITES)}")
     return mod
@@ -65,6 +71,7 @@ def make_env(suite: str, task_id: str, **kwargs) -> Env:
 
 __all__ = [
     "BFCL_SUITES",
+    "DRILL_SUITES",
     "SUITES",
     "TAU2_SUITES",
     "Env",

@@ -40,6 +40,7 @@ from typing import Any
 
 from envace_lite.envs.base import Env, GoldTurn
 from envace_lite.paths import DATA_DIR, cache_dir
+from envace_lite.protocol import MAX_ARG_DEPTH
 from envace_lite.types import Observation, ToolCall
 
 # Importing bfcl_eval's loaders creates result/, score/ and .file_locks/ under BFCL_PROJECT_ROOT,
@@ -201,17 +202,30 @@ def to_openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
         "name": doc["name"], "description": doc["description"], "parameters": params}}
 
 
-def _is_json_value(v: Any) -> bool:
-    """True for JSON values (finite numbers, string keys): the only things ``repr`` may render."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return True
-    if isinstance(v, float):
-        return math.isfinite(v)
-    if isinstance(v, list):
-        return all(_is_json_value(x) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _is_json_value(x) for k, x in v.items())
-    return False
+def _is_json_value(v: Any, max_depth: int = MAX_ARG_DEPTH) -> bool:
+    """True for JSON values (finite numbers, string keys): the only things ``repr`` may render.
+
+    Iterative, so no nesting raises ``RecursionError``; values nested more than ``max_depth``
+    lists or objects deep are refused (the parser drops such arguments too).
+    """
+    stack = [(v, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if x is None or isinstance(x, (bool, int, str)):
+            continue
+        if isinstance(x, float):
+            if not math.isfinite(x):
+                return False
+            continue
+        if depth >= max_depth:
+            return False
+        if isinstance(x, list):
+            stack.extend((y, depth + 1) for y in x)
+        elif isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            stack.extend((y, depth + 1) for y in x.values())
+        else:
+            return False
+    return True
 
 
 def render_call(name: str, arguments: dict[str, Any]) -> str:
@@ -319,7 +333,8 @@ class BfclEnv(Env):
                     f"{unknown}")
         bad = sorted(k for k, v in call.arguments.items() if not _is_json_value(v))
         if bad:
-            return f"Error during execution: argument(s) {bad} of {call.name}() are not JSON values"
+            return (f"Error during execution: argument(s) {bad} of {call.name}() are not JSON "
+                    f"values nested at most {MAX_ARG_DEPTH} deep")
         return None
 
     def step(self, calls: list[ToolCall]) -> list[Observation]:

@@ -1,0 +1,131 @@
+"""The drills reproduction's report: held-out success per mode and seed, with paired CIs.
+
+Input: finished ``run_experiment`` folders (``heldout.json`` + ``summary.json``), one per (mode,
+seed), each evaluated on the same held-out drills. Output (``report``): for every run, its SFT
+start, its final point and the paired bootstrap CI of the gain (``stats.paired_bootstrap``), per
+tier; for every mode, the per-task mean over its seeds and its CI; the paired comparison of the
+modes with ``shared`` on the same tasks. ``figure`` draws the whole effect: held-out success
+after SFT vs after each mode, seed by seed.
+
+Usage::
+
+    from envace_lite.drill_report import report, figure
+    rep = report(["runs/drills/shared_s0", "runs/drills/per_role_s0"])
+    figure(rep, "effect.png")
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from envace_lite.stats import bootstrap_mean, paired_bootstrap, per_tier
+
+MODES_ORDER = ("shared", "per_role", "act_only", "act_only_real")
+
+
+def load_run(folder: str | Path) -> dict[str, Any]:
+    """``{"folder", "mode", "seed", "points", "seconds"}`` of a finished experiment folder.
+
+    Raises:
+        FileNotFoundError: the folder has no ``summary.json`` (the run did not finish).
+    """
+    folder = Path(folder)
+    s = json.loads((folder / "summary.json").read_text())
+    return {"folder": str(folder), "mode": s["mode"], "seed": s["seed"], "points": s["points"],
+            "seconds": s.get("seconds", {})}
+
+
+def _point(run: dict[str, Any], stage: str) -> dict[str, Any]:
+    pts = [p for p in run["points"] if p["stage"] == stage]
+    if not pts:
+        raise KeyError(f"{run['folder']}: no held-out point {stage!r}")
+    return pts[-1]
+
+
+def report(folders: list[str | Path]) -> dict[str, Any]:
+    """The reproduction's numbers (see the module docstring).
+
+    Returns:
+        ``{"runs": [{mode, seed, sft, final, gain (paired CI), per_tier_sft, per_tier_final,
+        curve [(step, success)], failed_real_calls}], "modes": {mode: {seeds, sft, final (CI over
+        tasks of the per-task seed mean), gain_vs_sft (paired)}}, "vs_shared": {mode: paired CI
+        of mode - shared}}``.
+    """
+    runs = [load_run(f) for f in folders]
+    out: dict[str, Any] = {"runs": [], "modes": {}, "vs_shared": {}}
+    by_mode: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        sft, final = _point(r, "after_sft"), _point(r, "after_envace")
+        curve = [(p["step"], p["committed_reward"]) for p in r["points"]
+                 if p["stage"] in ("after_sft", "step", "after_envace")]
+        out["runs"].append({
+            "mode": r["mode"], "seed": r["seed"], "folder": r["folder"],
+            "before_sft": _point(r, "before_sft")["committed_reward"],
+            "sft": sft["committed_reward"], "final": final["committed_reward"],
+            "gain": paired_bootstrap(sft["per_task"], final["per_task"]),
+            "per_tier_sft": per_tier(sft["per_task"]), "per_tier_final": per_tier(final["per_task"]),
+            "curve": curve, "failed_real_calls": final.get("failed_real_calls"),
+            "fidelity_exact": [(p["step"], p["fidelity_exact"]) for p in r["points"]],
+            "seconds": r["seconds"]})
+        by_mode.setdefault(r["mode"], []).append({"sft": sft["per_task"],
+                                                  "final": final["per_task"]})
+    mean_final: dict[str, dict[str, float]] = {}
+    for mode, rs in by_mode.items():
+        keys = sorted(set.intersection(*(set(x["final"]) for x in rs)))
+        fin = {k: statistics.fmean(x["final"][k] for x in rs) for k in keys}
+        sft = {k: statistics.fmean(x["sft"][k] for x in rs) for k in keys}
+        mean_final[mode] = fin
+        out["modes"][mode] = {"seeds": len(rs), "sft": bootstrap_mean(sft),
+                              "final": bootstrap_mean(fin),
+                              "gain_vs_sft": paired_bootstrap(sft, fin),
+                              "per_tier_final": per_tier(fin)}
+    if "shared" in mean_final:
+        for mode, fin in mean_final.items():
+            if mode != "shared":
+                out["vs_shared"][mode] = paired_bootstrap(mean_final["shared"], fin)
+    return out
+
+
+def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
+    """Held-out success after SFT and after RL, per mode and seed, with the paired CI of each gain.
+
+    Returns:
+        The PNG path.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(rep["runs"], key=lambda r: (MODES_ORDER.index(r["mode"])
+                                              if r["mode"] in MODES_ORDER else 9, r["seed"]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(runs) + 2), 4.2))
+    xs = range(len(runs))
+    sft = [100 * r["sft"] for r in runs]
+    fin = [100 * r["final"] for r in runs]
+    lo = [100 * (r["gain"]["lo"]) for r in runs]
+    hi = [100 * (r["gain"]["hi"]) for r in runs]
+    ax.bar([x - 0.2 for x in xs], sft, 0.4, label="after SFT (start)", color="#bbbbbb")
+    ax.bar([x + 0.2 for x in xs], fin, 0.4, label="after RL", color="#3b7dd8")
+    for x, s, f, a, b in zip(xs, sft, fin, lo, hi):
+        ax.errorbar(x + 0.2, f, yerr=[[max(0.0, (f - s) - a)], [max(0.0, b - (f - s))]],
+                    color="black", capsize=3, lw=1)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{r['mode']}\ns{r['seed']}" for r in runs], fontsize=8)
+    ax.set_ylabel("held-out success (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8, loc="upper left")
+    n = runs[0]["gain"]["tasks"] if runs else 0
+    ax.set_title(title or f"Held-out drills ({n} test tasks, real env, tau2 scoring); "
+                 "bars: 95% paired CI of the gain", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["MODES_ORDER", "figure", "load_run", "report"]

@@ -1,0 +1,302 @@
+"""Robustness of the parser and the run files against hostile model text and torn writes.
+
+Default tier: no network, no model. Each test pins one defect: a lone surrogate, duplicate keys,
+deep or huge arguments, ``</think>`` inside a call, a backtracking tag scan, torn JSONL lines and
+checkpoints, and a negative evaluation limit.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+
+import pytest
+
+from envace_lite import protocol as P
+from envace_lite import paths
+from envace_lite.protocol import ErrorCode as E
+
+TOOLS = [{"type": "function", "function": {
+    "name": "cd", "description": "Change directory.",
+    "parameters": {"type": "object", "properties": {"folder": {"type": "string"}},
+                   "required": ["folder"]}}}]
+
+
+def tc(body: str) -> str:
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def one_call(text: str) -> P.ToolCall:
+    p = P.parse_act(text, TOOLS)
+    assert p.kind == "calls", (p.error_code, p.reason)
+    (call,) = p.calls
+    return call
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-3: what a call may hold
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body", [
+    r'{"name": "cd", "arguments": {"folder": "\ud800"}}',  # a JSON escape of a lone surrogate
+    '{"name": "cd", "arguments": {"folder": "a\udcffb"}}',  # a raw lone surrogate in the text
+    r'{"name": "cd", "arguments": "{\"folder\": \"\\udfff\"}"}',  # inside an arguments string
+    r'{"name": "cd", "arguments": {"\ud800": ["x", {"y": "\udbff"}], "folder": "ok"}}',
+])
+def test_lone_surrogate_is_escaped_with_a_violation(body):
+    call = one_call(tc(body))
+    call_json = P.call_json(call)
+    call_json.encode("utf-8")  # the REHEARSE prompt and the tokenizer need valid UTF-8
+    P.assistant_text([call]).encode("utf-8")
+    assert "\\ud" in json.dumps(call.arguments) or "\\\\ud" in call_json
+    assert any("surrogate" in v for v in call.violations), call.violations
+    json.dumps(call.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+def test_lone_surrogate_escape_keeps_the_value_readable():
+    call = one_call(tc(r'{"name": "cd", "arguments": {"folder": "a\ud800b"}}'))
+    assert call.arguments == {"folder": "a\\ud800b"}
+    assert call.violations == [
+        "arguments.folder: a lone surrogate (not valid UTF-8) was escaped as text"]
+
+
+def test_valid_surrogate_pair_is_kept():
+    call = one_call(tc(r'{"name": "cd", "arguments": {"folder": "\ud83c\udf27"}}'))
+    assert call.arguments == {"folder": "🌧"} and call.violations == []
+
+
+def test_surrogate_in_the_name_is_escaped():
+    call = one_call(tc(r'{"name": "c\ud800d", "arguments": {}}'))
+    assert call.name == "c\\ud800d"
+    P.call_json(call).encode("utf-8")
+    assert any("surrogate" in v for v in call.violations)
+    assert any("unknown tool" in v for v in call.violations)
+
+
+def test_duplicate_keys_are_a_violation():
+    call = one_call(tc('{"name": "cd", "name": "rm", "arguments": {"folder": "a"}}'))
+    assert call.name == "rm"  # json's rule, now said out loud
+    assert any("duplicate key 'name'" in v for v in call.violations), call.violations
+    nested = one_call(tc('{"name": "cd", "arguments": {"folder": "a", "folder": "b"}}'))
+    assert nested.arguments == {"folder": "b"}
+    assert any("duplicate key 'folder'" in v for v in nested.violations), nested.violations
+    in_string = one_call(tc(r'{"name": "cd", "arguments": "{\"folder\": 1, \"folder\": \"b\"}"}'))
+    assert any("duplicate key 'folder'" in v for v in in_string.violations)
+    assert one_call(tc('{"name": "cd", "arguments": {"folder": "a"}}')).violations == []
+
+
+def _deep(depth: int) -> str:
+    return '{"x": ' * (depth - 1) + "[1]" + "}" * (depth - 1)
+
+
+@pytest.mark.parametrize("depth", [33, 450, 900])
+def test_deep_arguments_are_dropped_with_a_violation(depth):
+    call = one_call(tc('{"name": "cd", "arguments": %s}' % _deep(depth)))
+    assert call.arguments == {}
+    assert call.violations == [
+        f"arguments dropped: nested more than {P.MAX_ARG_DEPTH} levels deep"]
+    call.to_dict()  # asdict recurses: the dropped arguments cannot blow the stack downstream
+
+
+def test_arguments_at_the_depth_bound_are_kept():
+    call = one_call(tc('{"name": "cd", "arguments": %s}' % _deep(P.MAX_ARG_DEPTH)))
+    assert call.arguments != {}
+    assert not any("dropped" in v for v in call.violations)
+
+
+def test_huge_arguments_are_dropped_with_a_violation():
+    many = json.dumps({"folder": "a", "xs": list(range(P.MAX_ARG_VALUES))})
+    call = one_call(tc('{"name": "cd", "arguments": %s}' % many))
+    assert call.arguments == {}
+    assert call.violations == [f"arguments dropped: more than {P.MAX_ARG_VALUES} JSON values"]
+    fits = json.dumps({"folder": "a", "xs": list(range(P.MAX_ARG_VALUES - 3))})
+    assert one_call(tc('{"name": "cd", "arguments": %s}' % fits)).arguments != {}
+
+
+@pytest.mark.parametrize("text", [
+    tc('{"name": "cd", "arguments": %s}' % _deep(450)),
+    tc('{"name": "cd", "arguments": %s}' % _deep(5000)),
+    tc('{"name": "cd", "arguments": "%s"}' % _deep(450).replace('"', '\\"')),
+    "<tool_call>\n" + '{"name": "cd", "arguments": %s}' % _deep(990),  # unclosed last block
+    tc('{"name": "cd", "arguments": {"folder": "a"}, "junk": %s}' % _deep(900)),
+])
+def test_no_recursion_error_escapes_parse(text):
+    p = P.parse_act(text, TOOLS)
+    assert all(len(json.dumps(c.to_dict())) < 1000 for c in p.calls)
+
+
+def test_bfcl_json_check_rejects_deep_values_without_recursion():
+    bfcl = pytest.importorskip("envace_lite.envs.bfcl")
+    deep: object = 1
+    for _ in range(5000):
+        deep = [deep]
+    assert bfcl._is_json_value({"folder": deep}) is False
+    assert bfcl._is_json_value({"folder": ["a", {"b": [1.5, None, True]}]}) is True
+    assert bfcl._is_json_value({"x": float("nan")}) is False
+
+
+# ---------------------------------------------------------------------------------------------
+# 4: think-stripping never edits a call
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["a</think>b", "</think>", "<think>", "x<think>y</think>z"])
+def test_think_tags_inside_a_call_argument_are_kept(value):
+    body = json.dumps({"name": "cd", "arguments": {"folder": value}})
+    for text in (tc(body), f"<think>plan</think>\n{tc(body)}", f"prefilled</think>{tc(body)}",
+                 f"Sure.\n{tc(body)}\nDone.", "<tool_call>\n" + body):
+        call = one_call(text)
+        assert call.arguments == {"folder": value}, text
+
+
+def test_think_tags_inside_an_execution_result_are_kept():
+    r = P.parse_rehearsal('<think>ok</think><execution_result>{"log": "a</think>b"}'
+                          '</execution_result>')
+    assert r.ok and r.content == '{"log": "a</think>b"}'
+
+
+def test_strip_think_rules_outside_calls_are_unchanged():
+    w = tc('{"name": "cd", "arguments": {"folder": "a"}}')
+    assert P.strip_think(f"<think>{w}</think>x") == ("x", True)
+    assert P.strip_think(f"a<think>b {w}") == ("a", False)
+    assert P.strip_think(f"I may use <tool_call> here</think>{w}") == (w, True)
+    assert P.strip_think(f"{w}<think>more</think>!") == (w + "!", True)
+    assert P.strip_think("x</think>y</think>z") == ("yz", True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5: the tag scan is linear
+# ---------------------------------------------------------------------------------------------
+
+OLD_TAG_LIKE = re.compile(r"<\s*/?\s*tool[_\- ]?calls?\b[^<>]*>", re.IGNORECASE)
+"""The former backtracking regex: the oracle the linear scan must agree with."""
+
+
+def _spans(scanner, text):
+    return [(m.group(0), m.start(), m.end()) for m in scanner.finditer(text)]
+
+
+def test_tag_scan_agrees_with_the_former_regex():
+    rng = random.Random(0)
+    pieces = ["<", ">", "/", " ", "\t", "\n", "tool", "TOOL", "Tool", "call", "CALL", "calls",
+              "s", "_", "-", "x", "1", "é", "\u017f", "\u0130", "\u2028", "<tool_call>",
+              "</tool_call>", "<tool-calls x=1>", "< / tool call >", '"', "{"]
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
+        assert _spans(P.TOOL_TAG_LIKE, text) == _spans(OLD_TAG_LIKE, text), text
+        assert bool(P.TOOL_TAG_LIKE.search(text)) == bool(OLD_TAG_LIKE.search(text)), text
+
+
+@pytest.mark.parametrize("text,kind,code", [
+    ("<" + " " * 40_000, "final", E.NONE),  # took seconds: \s*/?\s* tried every split
+    ("<" + " " * 39_000 + "/ tool_call >", "error", E.MALFORMED_TAG),
+    (("<" + " " * 199) * 200 + "<tool_call>", "error", E.UNCLOSED_TAG),
+    ("<tool_call" + "x" * 39_990, "final", E.NONE),  # no word boundary: not a tag
+    ("< tool_call " + "x" * 39_980, "final", E.NONE),  # never closed by ">"
+    ("<think>" + "<" * 40_000 + "</think>ok", "final", E.NONE),
+    ("<tool_call>" * 3_600, "error", E.UNBALANCED_TAG),
+])
+def test_adversarial_40k_output_parses(text, kind, code):
+    p = P.parse_act(text, TOOLS)
+    assert (p.kind, p.error_code) == (kind, code), p.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# 6: torn run files
+# ---------------------------------------------------------------------------------------------
+
+def test_read_jsonl_drops_a_torn_last_line(tmp_path, caplog):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    logger = logging.getLogger("envace_lite")  # it does not propagate to caplog's root handler
+    logger.addHandler(caplog.handler)
+    try:
+        assert paths.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "torn" in caplog.text and "line 3" in caplog.text
+    assert path.read_text().endswith('"rew')  # reading leaves the file alone
+    assert paths.read_jsonl(path, repair=True) == [{"step": 1}, {"step": 2}]
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert paths.read_jsonl(tmp_path / "absent.jsonl") == []
+
+
+def test_read_jsonl_names_a_bad_middle_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n\n')
+    with pytest.raises(ValueError, match=r"results\.jsonl, line 2"):
+        paths.read_jsonl(path)
+
+
+def test_torn_metrics_and_results_do_not_block_resume(tmp_path):
+    from envace_lite.evaluate import read_rows
+    from envace_lite.train import read_metrics, trim_metrics
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"st')
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert trim_metrics(tmp_path, 2) == 2
+    (tmp_path / "results.jsonl").write_text('{"suite": "s"}\n{"suite"')
+    assert read_rows(tmp_path / "results.jsonl") == [{"suite": "s"}]
+
+
+def test_torn_trainer_state_is_not_a_complete_checkpoint(tmp_path):
+    from envace_lite.train import last_checkpoint
+
+    for step, state in [(1, '{"global_step": 1}'), (2, '{"global_step": 2, "log_hi')]:
+        folder = tmp_path / "checkpoints" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(state)
+    assert last_checkpoint(tmp_path).name == "checkpoint-1"
+    assert last_checkpoint(tmp_path, clean=True).name == "checkpoint-1"
+    assert not (tmp_path / "checkpoints" / "checkpoint-2").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 7: evaluation limits
+# ---------------------------------------------------------------------------------------------
+
+def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from envace_lite import evaluate as ev
+
+    def boom(*a, **k):
+        raise AssertionError("nothing may be loaded or run")
+
+    for name in ("list_tasks", "make_env", "run_committed", "as_policy"):
+        monkeypatch.setattr(ev, name, boom)
+    with pytest.raises(ValueError, match="limit must be >= 0"):
+        ev.evaluate("base", "bfcl-base", cfg="smoke", limit=-1, out=tmp_path)
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
+    from envace_lite import evaluate as ev
+
+    class Env:
+        def reset(self):
+            return [{"role": "user", "content": "hi"}]
+
+    ran = []
+
+    def fake_run(gen, tok, episodes, cfg, on_row, **kw):
+        rows = []
+        for e in episodes:
+            ran.append(e.task_id)
+            rows.append({"suite": e.suite, "task_id": e.task_id, "repeat": e.repeat,
+                         "rehearsal": "none", "n": 0, "reward": 1.0})
+            on_row(rows[-1])
+        return rows
+
+    monkeypatch.setattr(ev, "list_tasks", lambda suite, split: ["t0", "t1"])
+    monkeypatch.setattr(ev, "make_env", lambda suite, tid, **kw: Env())
+    monkeypatch.setattr(ev, "run_committed", fake_run)
+    monkeypatch.setattr(ev, "write_summary", lambda out, rows: None)
+    pol = ev.Policy(None, None, "fake")
+    ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, repeats=1, out=tmp_path)
+    results = tmp_path / "results.jsonl"
+    with results.open("a") as f:
+        f.write('{"suite": "bfcl-base", "task_id": "t1", "rep')  # killed mid-write
+    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=2, repeats=1, out=tmp_path)
+    assert ran == ["t0", "t1"] and [r["task_id"] for r in rows] == ["t0", "t1"]
+    assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
+    assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
+        "t0", "t1"]
