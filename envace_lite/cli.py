@@ -250,8 +250,8 @@ def _drill_errors(fn):  # bad input: one line naming the valid choices, exit 2
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (KeyError, ValueError) as e:
-            typer.echo(f"error: {e.args[0] if e.args else e}", err=True)
+        except (KeyError, ValueError, FileNotFoundError) as e:
+            typer.echo(f"error: {e.args[-1] if e.args else e}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -309,8 +309,8 @@ def drills_baselines(
     limit: int = typer.Option(0, help="first N drills of the split (0 = all)"),
     out: str = typer.Option("", help="write the JSON report here"),
 ) -> None:
-    """Score the scripted baselines (do nothing, always refuse, always write) with tau2's
-    evaluator; prints success per baseline, overall and per tier."""
+    """Score the scripted baselines (do nothing, always refuse, always write, guess the
+    commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
     from pathlib import Path
 
     from envace_lite.envs import list_tasks, make_env
@@ -326,9 +326,12 @@ def drills_baselines(
         per: dict = {b: {} for b in BASELINES}
         for tid in progress(ids, desc=s):
             env = make_env(s, tid)
-            for b in BASELINES:
-                r, _ = play(env, baseline_turns(env.drill, b))
-                per[b].setdefault(env.drill.tier, []).append(r)
+            try:
+                for b in BASELINES:
+                    r, _ = play(env, baseline_turns(env.drill, b))
+                    per[b].setdefault(env.drill.tier, []).append(r)
+            finally:
+                env.close()
         report["suites"][s] = {
             "tasks": len(ids), "seconds": round(time.perf_counter() - start, 1),
             **{b: {"success": sum(sum(v) for v in per[b].values()) / max(1, len(ids)),

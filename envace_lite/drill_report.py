@@ -1,7 +1,8 @@
 """The drills reproduction's report: held-out success per mode and seed, with paired CIs.
 
-Input: finished ``run_experiment`` folders (``heldout.json`` + ``summary.json``), one per (mode,
-seed), each evaluated on the same held-out drills. Output (``report``): for every run, its SFT
+Input: finished ``run_experiment`` folders (their ``summary.json``, which holds the held-out
+points), one per (mode, seed), each evaluated on the same held-out drills (tasks are paired by
+id; a mode's seeds are compared on the tasks they share). Output (``report``): for every run, its SFT
 start, its final point and the paired bootstrap CI of the gain (``stats.paired_bootstrap``), per
 tier; for every mode, the per-task mean over its seeds and its CI; the paired comparison of the
 modes with ``shared`` on the same tasks. ``figure`` draws the whole effect: held-out success

@@ -324,7 +324,8 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
     m = cfg.model
     docs = pretrain_corpus(m.pretrain)
     key = [_PRETRAIN_RECIPE, m.pretrain, m.hidden_size, m.num_layers, m.num_heads,
-           m.intermediate_size, m.pretrain_epochs, m.pretrain_seed, len(tokenizer)]
+           m.intermediate_size, m.pretrain_epochs, m.pretrain_seed, len(tokenizer),
+           m.context_window]
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     for d in docs:
@@ -340,6 +341,9 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
     for d in docs:
         stream += tokenizer(d, add_special_tokens=False)["input_ids"] + [eos]
     block, batch = 512, 8
+    if len(stream) < block * batch:
+        raise ValueError(f"pretraining corpus of {m.pretrain!r} has {len(stream)} tokens: "
+                         f"need at least {block * batch}")
     blocks = torch.tensor(stream[: len(stream) // block * block]).view(-1, block)
     gen = torch.Generator().manual_seed(m.pretrain_seed)
     steps = max(1, int(m.pretrain_epochs * len(blocks) / batch))

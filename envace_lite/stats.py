@@ -2,8 +2,9 @@
 
 Two policies evaluated on the SAME held-out tasks give paired rewards ``a[i], b[i]``. The paired
 bootstrap resamples task indices with replacement and recomputes ``mean(b - a)``; the 2.5 % and
-97.5 % quantiles of those means are the 95 % CI of the gain (Efron & Tibshirani 1993, §16.4;
-the standard tool for comparing two systems on one test set). A CI that excludes 0 says the gain
+97.5 % quantiles of those means are the 95 % CI of the gain: the percentile interval (Efron &
+Tibshirani 1993, ch. 13) of a paired resampling, as used to compare two systems on one test set
+(Koehn 2004, "Statistical significance tests for machine translation evaluation"). A CI that excludes 0 says the gain
 is larger than what task sampling alone would produce.
 
 Usage::
@@ -57,6 +58,10 @@ def paired_bootstrap(before: dict[str, float], after: dict[str, float], *, resam
 def bootstrap_mean(values: dict[str, float], *, resamples: int = 10_000, seed: int = 0,
                    level: float = 0.95) -> dict[str, Any]:
     """The mean of ``values`` with its (unpaired) bootstrap CI over tasks.
+
+    Args:
+        values: task key -> reward.
+        resamples, seed, level: as in ``paired_bootstrap``.
 
     Returns:
         ``{"tasks", "mean", "lo", "hi"}``.

@@ -170,6 +170,9 @@ def test_gold_replay_sample_scores_one_and_corruption_zero():
 
 def test_baselines_on_a_test_sample():
     ids = list_tasks(RETAIL, "test")[:16]
+    ids += [next(i for i in list_tasks(RETAIL, "test") if i.startswith("cancel:")
+                 and make_env(RETAIL, i).drill.communicate == ["cancelled"]
+                 and not make_env(RETAIL, i).drill.write_allowed)]
     scores = {b: 0.0 for b in drills.BASELINES}
     for tid in ids:
         env = make_env(RETAIL, tid)
@@ -183,8 +186,15 @@ def test_baselines_on_a_test_sample():
         guessed += (not d.write_allowed) and d.communicate[0] == drills.commonest_fact(
             "retail", d.tier)
     assert scores["guess_commonest"] == guessed
-    allowed = sum(make_env(RETAIL, t).drill.write_allowed for t in ids)
-    assert scores["always_write"] == allowed  # passes exactly the drills whose write is allowed
+    # always_write passes the drills whose write is allowed, and the refusals whose fact happens
+    # to be the write's outcome (cancelling an order that is already cancelled: tau2's tool
+    # raises, the DB is unchanged, and "cancelled" is the status the user must be told)
+    expected = 0
+    for t in ids:
+        d = make_env(RETAIL, t).drill
+        expected += d.write_allowed or (d.tier == "cancel" and d.forbidden is not None
+                                        and d.communicate == ["cancelled"])
+    assert scores["always_write"] == expected
     with pytest.raises(KeyError, match="choose one of"):
         drills.baseline_turns(make_env(RETAIL, ids[0]).drill, "nope")
 

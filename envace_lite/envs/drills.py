@@ -33,7 +33,9 @@ nothing (the DB check alone would pass it).
 Split by entity: a user is in the test split iff ``sha1(user_id) / 2**160 < TEST_SHARE``; every
 order and reservation belongs to one user, so no user, order or reservation of a test drill
 appears in a train drill. Generation is deterministic by seed (phrasing, cancel reason, item to
-return, email vs name-and-zip, the replacement flight, the order of the list); the split is not.
+return, email vs name-and-zip, the replacement flight, the order of the list); the split does not depend on the seed. One random
+stream serves the whole generation, so ``generate`` with a subset of tiers phrases drills
+differently from the registered suites (which use every tier).
 A drill whose solver call fails, or whose request is ambiguous, is skipped with its reason
 (``generate(...).skipped``); generation never aborts on one task.
 
@@ -691,7 +693,7 @@ def _schemas(domain: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
 # Scripted baselines (the "cannot be gamed" check)
 # ---------------------------------------------------------------------------------------------
 BASELINES = ("do_nothing", "always_refuse", "always_write", "guess_commonest")
-"""Scripted policies reported on the held-out drills (each should stay under 35 %).
+"""Scripted policies reported on the held-out drills (this repository's target: each under 35 %).
 ``guess_commonest`` measures the one way left to game the score: naming, without any call, the
 tier's most common fact among the TRAIN drills (e.g. ``delivered``)."""
 
