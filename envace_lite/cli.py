@@ -270,16 +270,13 @@ def drills_generate(
     from dataclasses import asdict
     from pathlib import Path
 
-    from envace_lite.envs.drills import generate, skip_reason_kind
+    from envace_lite.envs.drills import generate, skipped_by_reason
 
     gen = generate(domain, seed, tiers=tier or None, count=count)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text("".join(json.dumps(asdict(d)) + "\n" for d in gen.drills))
-    reasons: dict[str, int] = {}
-    for sk in gen.skipped:
-        key = f"{sk['tier']}: {skip_reason_kind(sk['reason'])}"
-        reasons[key] = reasons.get(key, 0) + 1
+    reasons = skipped_by_reason(gen.skipped)
     typer.echo(json.dumps({"domain": domain, "seed": seed, "drills": len(gen.drills),
                            "counts": gen.counts(), "skipped": len(gen.skipped),
                            "skipped_by_reason": reasons}, indent=1))

@@ -190,6 +190,32 @@ def build_task(suite: str, task_id: str, split: str, rendering: str = "compact")
         env.close()
 
 
+def drill_tasks(suite: str, split: str, rendering: str = "compact") -> list[Task]:
+    """The drills of ``suite``/``split`` as ``Task`` objects: checklists (``build_checklist``)
+    and grounding from the solver's real calls and observations (``envs.drills``); the last
+    gold call of a drill whose write is allowed is the one that changed state."""
+    from envace_lite.envs.drills import drill_prompt, get_drill
+
+    tasks = []
+    for tid in list_tasks(suite, split):
+        d = get_drill(suite, tid)
+        calls = [ToolCall(g["name"], json.loads(json.dumps(g["arguments"])), call_id=f"gold_{i}")
+                 for i, g in enumerate(d.gold)]
+        obs = [Observation(o["content"], o["error"], d.write_allowed and i == len(calls) - 1)
+               for i, o in enumerate(d.observations)]
+        messages, tools = drill_prompt(suite, tid)
+        tasks.append(Task(
+            id=d.id, suite=suite, split=d.split, messages=messages, tools=tools,
+            user_turns=[[messages[1]]],
+            checklist=[build_checklist(calls, obs, [None] * len(calls), list(d.communicate))],
+            grounding=[[{"call": c.to_dict(), "observation": o.to_dict()}
+                        for c, o in zip(calls, obs)]],
+            gold_calls=[[c.to_dict() for c in calls]], rendering=rendering,
+            flags=[f"tier:{d.tier}"],
+        ))
+    return tasks
+
+
 def _cache_path(suite: str, split: str, rendering: str) -> Path:
     return cache_dir("tasks", f"v{DATA_VERSION}") / f"{suite}__{split}__{rendering}.jsonl"
 
@@ -211,9 +237,7 @@ def load_tasks(
     from envace_lite.envs import DRILL_SUITES
 
     if suite in DRILL_SUITES:  # generated with their solver's real calls: nothing to replay
-        from envace_lite.envs.drills import build_tasks
-
-        tasks = build_tasks(suite, split, rendering)
+        tasks = drill_tasks(suite, split, rendering)
         return tasks[:limit] if limit else tasks
     build_suite = {"tau2-retail": "tau2-retail-ticket",
                    "tau2-airline": "tau2-airline-ticket"}.get(suite, suite)
@@ -284,6 +308,7 @@ __all__ = [
     "build_task",
     "checklist_weights_ok",
     "data_card",
+    "drill_tasks",
     "key_values",
     "load_tasks",
     "normalize",

@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any
 
-from envace_lite.envs.base import Env, GoldTurn
+from envace_lite.envs.base import GoldTurn
 from envace_lite.envs.tau2 import (
     TICKET_INSTRUCTION,
     Tau2Env,
@@ -314,14 +314,14 @@ def _retail_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
     try:
         if by_email:
             message = _pick(rng, ["Hi, my email is {e}. What is the status of my order?",
-                                  "Hello! I'm writing from {e}. Could you check the status of "
-                                  "my order?"], e=user.email)
+                                  ("Hello! I'm writing from {e}. Could you check the status of "
+                                   "my order?")], e=user.email)
             c1, o1, found = solver.ok("find_user_id_by_email", email=user.email)
         else:
             n, z = user.name, user.address.zip
             message = _pick(rng, ["Hi, I'm {f} {l}, zip code {z}. What is the status of my order?",
-                                  "Hello, this is {f} {l} ({z}). Could you check the status of "
-                                  "my order?"], f=n.first_name, l=n.last_name, z=z)
+                                  ("Hello, this is {f} {l} ({z}). Could you check the status of "
+                                   "my order?")], f=n.first_name, l=n.last_name, z=z)
             c1, o1, found = solver.ok("find_user_id_by_name_zip", first_name=n.first_name,
                                       last_name=n.last_name, zip=z)
         if found != uid:
@@ -370,10 +370,10 @@ def _retail_return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
     pay = order.payment_history[0].payment_method_id if order.payment_history else None
     if pay is None:
         return ("return", bare, "the order has no payment")
-    message = _pick(rng, ["I'd like to return the {n} from my order {o}, refunded to the "
-                          "original payment method.",
-                          "Hi, please return the {n} of order {o}; refund the original payment "
-                          "method."], n=name.lower(), o=bare)
+    message = _pick(rng, [("I'd like to return the {n} from my order {o}, refunded to the "
+                           "original payment method."),
+                          ("Hi, please return the {n} of order {o}; refund the original payment "
+                           "method.")], n=name.lower(), o=bare)
     args = {"order_id": oid, "item_ids": [item.item_id], "payment_method_id": pay}
     forbidden = {"name": "return_delivered_order_items", "arguments": args}
     try:
@@ -590,20 +590,15 @@ class DrillEnv(Tau2Env):
     drill's ``Task``).
     """
 
-    def __init__(self, suite: str, drill: Drill, max_steps: int = 100, max_errors: int = 10) -> None:
+    def __init__(self, suite: str, drill: Drill, max_steps: int = 100,
+                 max_errors: int = 10) -> None:
         self.drill = drill
-        # Tau2Env.__init__ looks the task up in tau2's task file; set the same fields here.
-        Env.__init__(self)
-        self.suite, self.task_id = suite, drill.id
-        self.domain, self.mode, self.solo = drill.domain, "ticket", False
-        self.task = drill.tau2_task()
-        self.user, self.max_steps, self.max_errors = None, max_steps, max_errors
-        self.terminal_tools = frozenset()
-        self._env = None
-        self.trajectory = []
-        self.termination = None
-        self._steps = self._errors = self._n = 0
-        self._hash = None
+        super().__init__(suite, drill.id, max_steps=max_steps, max_errors=max_errors,
+                         task=drill.tau2_task(), mode=(drill.domain, "ticket"))
+
+    def _hash_key(self) -> tuple[str, bool, str]:
+        """Every drill starts from the pristine database: one initial hash per domain."""
+        return self.domain, False, "<pristine>"
 
     def system_prompt(self) -> str:
         """tau2's ``SYSTEM_PROMPT`` with our NON-OFFICIAL ``TICKET_INSTRUCTION`` and the domain
@@ -791,33 +786,17 @@ def make(suite: str, task_id: str, **kwargs: Any) -> DrillEnv:
     return DrillEnv(suite, get_drill(suite, task_id), **kwargs)
 
 
-def build_tasks(suite: str, split: str, rendering: str = "compact") -> list[Any]:
-    """The drills of ``suite``/``split`` as training ``Task`` objects (checklists and grounding from
-    the solver's real calls and observations, as ``data.build_task`` derives them)."""
-    from envace_lite.data import build_checklist
-    from envace_lite.types import Task
+def drill_prompt(suite: str, drill_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(messages, tool schemas)`` a drill's episode starts with (what ``DrillEnv.reset`` and
+    ``tool_schemas`` return), without building an environment.
 
-    domain = _suite_domain(suite)
-    tasks = []
-    for tid in task_ids(suite, split):
-        d = _by_id(domain)[tid]
-        calls = [ToolCall(g["name"], copy.deepcopy(g["arguments"]), call_id=f"gold_{i}")
-                 for i, g in enumerate(d.gold)]
-        obs = [Observation(o["content"], o["error"], bool(d.write_allowed and i == len(calls) - 1))
-               for i, o in enumerate(d.observations)]
-        messages = [{"role": "system", "content": _system_prompt(domain)},
-                    {"role": "user", "content": d.message}]
-        tasks.append(Task(
-            id=d.id, suite=suite, split=d.split, messages=messages,
-            tools=json.loads(json.dumps(_schemas(domain, tuple(d.tools)))),
-            user_turns=[[messages[1]]],
-            checklist=[build_checklist(calls, obs, [None] * len(calls), list(d.communicate))],
-            grounding=[[{"call": c.to_dict(), "observation": o.to_dict()}
-                        for c, o in zip(calls, obs)]],
-            gold_calls=[[c.to_dict() for c in calls]], rendering=rendering,
-            flags=[f"tier:{d.tier}"],
-        ))
-    return tasks
+    Raises:
+        KeyError: unknown suite or drill id.
+    """
+    d = get_drill(suite, drill_id)
+    messages = [{"role": "system", "content": _system_prompt(d.domain)},
+                {"role": "user", "content": d.message}]
+    return messages, json.loads(json.dumps(_schemas(d.domain, tuple(d.tools))))
 
 
 def skip_reason_kind(reason: str) -> str:
@@ -825,20 +804,26 @@ def skip_reason_kind(reason: str) -> str:
     return reason.split(":")[0].split(" (")[0]
 
 
+def skipped_by_reason(skipped: list[dict[str, str]]) -> dict[str, int]:
+    """``{"<tier>: <reason kind>": count}`` of skipped drills (``Generation.skipped``)."""
+    reasons: dict[str, int] = {}
+    for sk in skipped:
+        key = f"{sk['tier']}: {skip_reason_kind(sk['reason'])}"
+        reasons[key] = reasons.get(key, 0) + 1
+    return reasons
+
+
 def card(domain: str) -> dict[str, Any]:
     """The data card entry of a domain's registered drills: generator, seed, tiers, counts, the
     split rule, and every skipped drill with its reason."""
     gen = _registered(domain)
-    reasons: dict[str, int] = {}
-    for s in gen.skipped:
-        key = f"{s['tier']}: {skip_reason_kind(s['reason'])}"
-        reasons[key] = reasons.get(key, 0) + 1
     return {
         "generator": f"envace_lite.envs.drills.generate v{GENERATOR_VERSION}",
         "seed": gen.seed, "tiers": list(TIERS[domain]), "counts": gen.counts(),
         "tasks": len(gen.drills),
         "split_rule": f"by user: test iff sha1(user_id)/2**160 < {TEST_SHARE}",
-        "skipped": len(gen.skipped), "skipped_by_reason": reasons, "skipped_ids": gen.skipped,
+        "skipped": len(gen.skipped), "skipped_by_reason": skipped_by_reason(gen.skipped),
+        "skipped_ids": gen.skipped,
     }
 
 
@@ -850,12 +835,13 @@ __all__ = [
     "DrillEnv",
     "Generation",
     "baseline_turns",
-    "build_tasks",
     "card",
+    "drill_prompt",
     "generate",
     "get_drill",
     "make",
     "play",
+    "skipped_by_reason",
     "task_ids",
     "test_user",
 ]

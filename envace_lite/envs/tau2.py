@@ -264,15 +264,18 @@ class Tau2Env(Env):
         user: ``user(messages) -> str`` for the official suites (see ``OpenAICompatibleUser``).
         max_steps: tau2 ``Orchestrator`` default 100 (one per message / tool-result batch).
         max_errors: tau2 ``Orchestrator`` default 10 (tool messages with ``error``).
+        task: a tau2 ``Task`` built elsewhere (the drills); default: ``task_id`` of tau2's file.
+        mode: ``(domain, mode)`` for a suite outside ``SUITE_MODES`` (the drills).
     """
 
     def __init__(self, suite: str, task_id: str, user: Callable[[list[dict]], str] | None = None,
-                 max_steps: int = 100, max_errors: int = 10) -> None:
+                 max_steps: int = 100, max_errors: int = 10, *, task: Tau2Task | None = None,
+                 mode: tuple[str, str] | None = None) -> None:
         super().__init__()
         self.suite, self.task_id = suite, task_id
-        self.domain, self.mode = SUITE_MODES[suite]
+        self.domain, self.mode = mode or SUITE_MODES[suite]
         self.solo = self.mode == "solo"
-        self.task = _tasks(self.domain)[task_id]
+        self.task = task if task is not None else _tasks(self.domain)[task_id]
         self.user, self.max_steps, self.max_errors = user, max_steps, max_errors
         self.terminal_tools = frozenset({"done"}) if self.solo else frozenset()
         self._env = None
@@ -309,7 +312,7 @@ class Tau2Env(Env):
         self.trajectory = list(st.message_history or []) if st is not None else []
         self.real_calls, self.done, self.termination = 0, False, None
         self._steps = self._errors = self._n = 0
-        self._hash = _INITIAL_HASH.get((self.domain, self.solo, self.task_id))
+        self._hash = _INITIAL_HASH.get(self._hash_key())
         system = {"role": "system", "content": self.system_prompt()}
         if self.solo:  # tau2 puts the ticket in the system prompt; the trajectory has no user turn
             return [system, {"role": "user", "content": self.task.ticket}]
@@ -332,6 +335,10 @@ class Tau2Env(Env):
     def is_state_changing(self, name: str) -> bool:
         """tau2 ``ToolType.WRITE`` (the agent's tools; in solo mode the user-device tools too)."""
         return _tool_info(self.domain, self.solo)[2].get(name) == ToolType.WRITE
+
+    def _hash_key(self) -> tuple[str, bool, str]:
+        """The ``_INITIAL_HASH`` key of this task's state right after reset."""
+        return self.domain, self.solo, self.task_id
 
     def _hashes(self) -> tuple[Any, Any]:
         return self._env.get_db_hash(), self._env.get_user_db_hash()
@@ -366,7 +373,7 @@ class Tau2Env(Env):
                 hash_it = self.solo or kinds.get(c.name, ToolType.READ) != ToolType.READ
                 if hash_it and self._hash is None:  # first hash since reset: initial state
                     self._hash = _INITIAL_HASH.setdefault(
-                        (self.domain, self.solo, self.task_id), self._hashes())
+                        self._hash_key(), self._hashes())
                 msg = self._env.get_response(tc)
                 changed = False
                 if hash_it:
