@@ -1,9 +1,11 @@
-"""Role-wise GRPO (paper §2.2): advantages per (task, role), and a TRL GRPOTrainer that trains rows.
+"""Role-wise GRPO (paper §2.2) on TRL: packed rows, and a GRPOTrainer that trains them.
 
 One policy plays ACT and REHEARSE. Every output y_{i,m} of trajectory i (an ACT turn or a REHEARSE
 call) gets its trajectory's reward R_i (after the per-output empty penalty), and its advantage is
-R_i minus the mean reward of the outputs of the *same role* for the *same task*
-(``rolewise_advantages``). Both roles then update one set of weights (``mode="shared"``).
+R_i minus the mean reward of the outputs of the *same role* for the *same task*. Both roles then
+update one set of weights (``mode="shared"``). The objective itself, as tensors
+(``flatten_outputs``, ``rolewise_advantages``, ``loss_weights``, ``rolewise_grpo_loss``), is
+``envace_lite/advantages.py``; this module is how TRL computes it on padded rows.
 
 How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md):
 
@@ -43,8 +45,7 @@ import contextlib
 import copy
 import math
 import time
-from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from safetensors.torch import load_file, save_file
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
+from envace_lite.advantages import flatten_outputs, loss_weights, rolewise_advantages
 from envace_lite.config import Config
 from envace_lite.rollout import Trajectory
 from envace_lite.types import ROLES
@@ -62,91 +64,6 @@ MODES = ("shared", "per_role", "act_only", "act_only_real")
 ROLLOUT_MODE = {"shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
                 "act_only_real": "real"}
 """The rollout engine's mode for each training mode."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Role-wise advantages (paper §2.2)
-# ---------------------------------------------------------------------------------------------
-def rolewise_advantages(rewards: torch.Tensor | Sequence[float], task_ids: Sequence[Hashable],
-                        roles: Sequence[str], valid: torch.Tensor | Sequence[bool] | None = None, *,
-                        singleton: str = "self", scale_std: bool = False,
-                        eps: float = 1e-6) -> torch.Tensor:
-    """A_{i,m} = R_i − μ_{x,r}: role-wise GRPO advantages, one per output (paper §2.2).
-
-    The group G_{x,r} holds every valid output of role r for task x, across the task's K
-    trajectories; μ_{x,r} is the mean reward over those *outputs* (not trajectories), so a longer
-    trajectory weighs more. Mean-only by default, as in the paper's equations.
-
-    ==========  =========  =====================================================================
-    argument    shape      meaning
-    ==========  =========  =====================================================================
-    rewards     (N,)       the output's reward: its trajectory's R_i after any per-output penalty
-    task_ids    N          hashable task keys x
-    roles       N          ``"act"`` or ``"rehearse"``
-    valid       (N,) bool  False: padding or a masked judge failure; A = 0, not in any mean
-    returns     (N,)       A, float, same dtype as ``rewards`` (float32 for lists)
-    ==========  =========  =====================================================================
-
-    Args:
-        singleton: a group with one valid output. ``"self"``: μ = R, so A = 0 (the paper's formula,
-            the default). ``"none"``: no baseline, A = R (the reference code).
-        scale_std: divide each group's centred rewards by the group's std (unbiased, as TRL and
-            verl compute it) + ``eps``. Off by default (paper: mean-only).
-        eps: added to the std when ``scale_std``.
-
-    Raises:
-        ValueError: on mismatched lengths, an unknown role or an unknown ``singleton``.
-    """
-    r = torch.as_tensor(rewards)
-    r = r.float() if not torch.is_floating_point(r) else r
-    n = r.shape[0]
-    v = torch.ones(n, dtype=torch.bool) if valid is None else torch.as_tensor(valid, dtype=torch.bool)
-    if len(task_ids) != n or len(roles) != n or v.shape[0] != n:
-        raise ValueError(f"rewards ({n}), task_ids ({len(task_ids)}), roles ({len(roles)}) and "
-                         f"valid ({v.shape[0]}) must have one entry per output")
-    if singleton not in ("self", "none"):
-        raise ValueError(f"singleton={singleton!r}: use 'self' (paper, A=0) or 'none' (A=R)")
-    groups: dict[tuple[Hashable, str], list[int]] = defaultdict(list)
-    for i, (task, role) in enumerate(zip(task_ids, roles)):
-        if role not in ROLES:
-            raise ValueError(f"roles[{i}]={role!r}: expected one of {ROLES}")
-        if v[i]:
-            groups[(task, role)].append(i)
-    adv = torch.zeros_like(r)
-    for idx in groups.values():
-        g = r[idx]
-        if len(idx) == 1:
-            adv[idx] = 0.0 if singleton == "self" else g
-            continue
-        centred = g - g.mean()
-        adv[idx] = centred / (g.std() + eps) if scale_std else centred
-    return adv
-
-
-def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
-                    ) -> tuple[torch.Tensor, list[tuple[str, str]], list[str], torch.Tensor]:
-    """One entry per output, in trajectory order then generation order.
-
-    Args:
-        trajs: scored trajectories (``reward`` set by ``rewards.score_trajectories``).
-        penalty: ``cfg.grpo.empty_output_penalty``; an empty output gets R_i − |penalty|
-            (``rewards.output_rewards``), applied before the baseline.
-
-    Returns:
-        ``(rewards (N,), task_ids N × (suite, id), roles N, valid (N,) bool)``. ``valid`` is
-        ``rewards.output_valid``: False for every output of a judge-failed trajectory (reward 0
-        placeholder) and for REHEARSE outputs of the frozen simulator.
-    """
-    from envace_lite.rewards import output_rewards, output_valid
-
-    rewards, task_ids, roles, valid = [], [], [], []
-    for traj in trajs:
-        rewards += output_rewards(traj, penalty)
-        valid += output_valid(traj)
-        task_ids += [(traj.task.suite, traj.task.id)] * len(traj.outputs)
-        roles += [o.role for o in traj.outputs]
-    return (torch.tensor(rewards, dtype=torch.float32), task_ids, roles,
-            torch.tensor(valid, dtype=torch.bool))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,32 +190,6 @@ def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
             if k >= 0:
                 lengths[k] += 1
     return lengths
-
-
-def loss_weights(lengths: torch.Tensor, trained: torch.Tensor, aggregation: str,
-                 total_tokens: float | None = None, total_outputs: float | None = None
-                 ) -> torch.Tensor:
-    """Per-output token weight w_o, shape (N,): the loss is Σ_tokens w·ℓ / T under ``dapo``.
-
-    ``token_mean``: w = 1 for trained outputs (plain dapo). ``output_mean``: w = T/(M·L_o), so
-    Σ_t w·ℓ / T = (1/M) Σ_o mean_{t∈o} ℓ. Untrained or empty outputs get 0.
-
-    Args:
-        lengths: (N,) trained tokens per output.
-        trained: (N,) bool, the outputs that enter the loss.
-        aggregation: ``output_mean`` or ``token_mean``.
-        total_tokens, total_outputs: T and M across all ranks (default: local sums).
-    """
-    live = trained & (lengths > 0)
-    if aggregation == "token_mean":
-        return live.float()
-    if aggregation != "output_mean":
-        raise ValueError(f"aggregation={aggregation!r}: use 'output_mean' or 'token_mean'")
-    t = float(lengths[live].sum()) if total_tokens is None else float(total_tokens)
-    m = float(live.sum()) if total_outputs is None else float(total_outputs)
-    w = torch.zeros(lengths.shape[0], dtype=torch.float32)
-    w[live] = t / (m * lengths[live].float())
-    return w
 
 
 def collate_rows(rows: Rows, advantages: torch.Tensor, weights: torch.Tensor, pad_id: int,
