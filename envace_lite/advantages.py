@@ -114,6 +114,81 @@ def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
             torch.tensor(valid, dtype=torch.bool))
 
 
+def output_trajectories(trajs: Sequence[Trajectory]) -> tuple[list[tuple[str, str, int]],
+                                                             torch.Tensor]:
+    """Each output's trajectory, in ``flatten_outputs`` order: ``(keys N, returns (N,))``.
+
+    ``keys[o]`` is ``(suite, task id, trajectory index)``; ``returns[o]`` is that trajectory's
+    reward R_i (0.0 for a judge failure, which ``flatten_outputs`` marks invalid anyway).
+    """
+    keys, returns = [], []
+    for traj in trajs:
+        n = len(traj.outputs)
+        keys += [(traj.task.suite, traj.task.id, traj.index)] * n
+        returns += [float(traj.reward or 0.0)] * n
+    return keys, torch.tensor(returns, dtype=torch.float32)
+
+
+def trajectory_advantages(rewards: torch.Tensor | Sequence[float],
+                          trajectory_ids: Sequence[Hashable],
+                          returns: torch.Tensor | Sequence[float],
+                          task_ids: Sequence[Hashable],
+                          valid: torch.Tensor | Sequence[bool] | None = None, *,
+                          singleton: str = "self", scale_std: bool = False,
+                          eps: float = 1e-6) -> torch.Tensor:
+    """Plain GRPO: A_{i,m} = r_{i,m} − μ_x, μ_x one mean over the task's *trajectories*.
+
+    μ_x is the mean of R_i over the distinct trajectories of task x that have a valid output,
+    each counted once however many outputs it has (GRPO's group of K completions). Every output
+    of trajectory i then gets its own reward r_{i,m} (R_i, or R_i − |p| when empty) minus μ_x.
+    The ``act_only`` ablation's ``grpo.act_only_baseline="trajectories"``; ``rolewise_advantages``
+    is the output-weighted default.
+
+    ==============  =========  ============================================================
+    argument        shape      meaning
+    ==============  =========  ============================================================
+    rewards         (N,)       the output's reward (``flatten_outputs``)
+    trajectory_ids  N          the output's trajectory key (``output_trajectories``)
+    returns         (N,)       the output's trajectory reward R_i
+    task_ids        N          hashable task keys x
+    valid           (N,) bool  False: not trained; A = 0, its trajectory not counted for it
+    returns         (N,)       A, float
+    ==============  =========  ============================================================
+
+    Args:
+        singleton: a task with one valid trajectory: ``"self"`` (μ = R_i), ``"none"`` (μ = 0).
+        scale_std: divide by the std (unbiased) of the task's trajectory rewards + ``eps``.
+
+    Raises:
+        ValueError: on mismatched lengths or an unknown ``singleton``.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    ret = torch.as_tensor(returns, dtype=torch.float32)
+    n = r.shape[0]
+    v = torch.ones(n, dtype=torch.bool) if valid is None else torch.as_tensor(valid, dtype=torch.bool)
+    if not (len(trajectory_ids) == len(task_ids) == ret.shape[0] == v.shape[0] == n):
+        raise ValueError(f"rewards ({n}), trajectory_ids ({len(trajectory_ids)}), returns "
+                         f"({ret.shape[0]}), task_ids ({len(task_ids)}) and valid ({v.shape[0]}) "
+                         "must have one entry per output")
+    if singleton not in ("self", "none"):
+        raise ValueError(f"singleton={singleton!r}: use 'self' (μ = R) or 'none' (μ = 0)")
+    per_task: dict[Hashable, dict[Hashable, float]] = defaultdict(dict)
+    for i in range(n):
+        if v[i]:
+            per_task[task_ids[i]][trajectory_ids[i]] = float(ret[i])
+    adv = torch.zeros_like(r)
+    for i in range(n):
+        if not v[i]:
+            continue
+        g = torch.tensor(list(per_task[task_ids[i]].values()))
+        if g.numel() == 1:
+            mu, sd = (g[0] if singleton == "self" else 0.0), 1.0
+        else:
+            mu, sd = g.mean(), (g.std() + eps if scale_std else 1.0)
+        adv[i] = (r[i] - mu) / sd
+    return adv
+
+
 def loss_weights(lengths: torch.Tensor, trained: torch.Tensor, aggregation: str,
                  total_tokens: float | None = None, total_outputs: float | None = None
                  ) -> torch.Tensor:

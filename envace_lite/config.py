@@ -108,6 +108,10 @@ class RolloutConfig:
     """Nucleus sampling in training."""
     grounding_drop_p: float = 0.3
     """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training."""
+    grounding_scope: str = "task"
+    """Which gold (call, observation) pairs REHEARSE's grounding holds: ``task`` (every user
+    turn's, future ones included: the reference code) or ``seen`` (the current and earlier user
+    turns only, closer to the paper's π(ô | h_t, a_t)). See docs/design.md, "REHEARSE grounding"."""
     user_replay: str = "gated"
     """``gated`` (next user turn only once required checklist items passed; training) or
     ``always`` (every scripted turn; evaluation)."""
@@ -171,6 +175,14 @@ class GRPOConfig:
     subtracts 0.1 from an empty output's trajectory score), applied before the baseline."""
     scale_std: bool = False
     """Divide advantages by the (task, role) reward std (off: the paper is mean-only)."""
+    act_only_baseline: str = "outputs"
+    """``act_only`` modes: ``outputs`` (the role-wise baseline, a mean over the task's ACT
+    outputs, as in ``shared``) or ``trajectories`` (plain GRPO: one mean over the task's K
+    trajectory rewards). See docs/design.md, "The act_only baseline"."""
+    frozen_simulator_backend: str = "policy"
+    """``act_only``: who samples the frozen simulator. ``policy``: the policy's own backend (the
+    frozen weights are a copy, or the LoRA adapter switched off, which a vLLM backend cannot do);
+    ``hf``: HF ``generate`` on the frozen weights, whatever ``rollout.generation_backend`` is."""
     judge: str = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
     judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
@@ -330,12 +342,29 @@ class Config:
             "rollout.generation_backend": (self.rollout.generation_backend,
                                            {"hf", "vllm_server", "vllm_colocate"}),
             "grpo.judge": (self.grpo.judge, {"rule", "llm"}),
+            "grpo.act_only_baseline": (self.grpo.act_only_baseline, {"outputs", "trajectories"}),
+            "grpo.frozen_simulator_backend": (self.grpo.frozen_simulator_backend,
+                                              {"policy", "hf"}),
+            "rollout.grounding_scope": (self.rollout.grounding_scope, {"task", "seen"}),
         }
         for name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ValueError(f"{name}={value!r}: expected one of {sorted(allowed)}")
         if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
             self.rollout.sync_generate_calls = True
+        if (self.grpo.mode == "act_only" and self.model.lora_r > 0
+                and self.rollout.generation_backend != "hf"
+                and self.grpo.frozen_simulator_backend != "hf"):
+            # vLLM samples from the merged, synced weights: switching the HF adapter off does
+            # not reach it, so the "frozen" simulator would be the live policy
+            raise ValueError(
+                "grpo.mode='act_only' with LoRA (model.lora_r > 0) on rollout.generation_backend="
+                f"{self.rollout.generation_backend!r} has no frozen simulator: vLLM serves the "
+                "trained weights. Set grpo.frozen_simulator_backend='hf' (HF generate with the "
+                "adapter off), rollout.generation_backend='hf', or model.lora_r=0")
+        if self.grpo.act_only_baseline != "outputs" and not self.grpo.mode.startswith("act_only"):
+            raise ValueError(f"grpo.act_only_baseline={self.grpo.act_only_baseline!r} applies to "
+                             f"the act_only modes only (grpo.mode={self.grpo.mode!r})")
         if self.grpo.judge == "llm" and not (self.grpo.judge_url and self.grpo.judge_model):
             raise ValueError("grpo.judge='llm' needs grpo.judge_url and grpo.judge_model "
                              "(scaled/launch.py judge starts one)")

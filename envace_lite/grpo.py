@@ -55,7 +55,13 @@ from safetensors.torch import load_file, save_file
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
-from envace_lite.advantages import flatten_outputs, loss_weights, rolewise_advantages
+from envace_lite.advantages import (
+    flatten_outputs,
+    loss_weights,
+    output_trajectories,
+    rolewise_advantages,
+    trajectory_advantages,
+)
 from envace_lite.config import Config
 from envace_lite.rollout import Trajectory
 from envace_lite.types import ROLES
@@ -400,9 +406,12 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         if self.mode == "per_role":
             return RoleRoutedGenerator({"act": policy, "rehearse": hf(self.rehearse_model)}), None
         if self.mode == "act_only":
-            frozen = (hf(self.frozen_model) if self.frozen_model is not None
-                      else _InContext(policy, self._frozen_context))
-            return policy, frozen
+            if self.frozen_model is not None:
+                return policy, hf(self.frozen_model)
+            # LoRA: the adapter switched off; on HF generation unless the policy's backend is HF
+            # (config.finalize refuses a vLLM backend here unless frozen_simulator_backend='hf')
+            sampler = hf(self.model) if self.cfg.grpo.frozen_simulator_backend == "hf" else policy
+            return policy, _InContext(sampler, self._frozen_context)
         return policy, None
 
     def _generation_weights(self) -> Any:
@@ -453,8 +462,12 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         rewards, task_ids, roles, valid = flatten_outputs(trajs, g.empty_output_penalty)
         role_ix = torch.tensor([ROLES.index(r) for r in roles], dtype=torch.long)
         trained = valid & torch.tensor([r in self.trained_roles for r in roles], dtype=torch.bool)
-        adv = rolewise_advantages(rewards, task_ids, roles, trained,
-                                  singleton=g.singleton_baseline, scale_std=g.scale_std)
+        if self.mode.startswith("act_only") and g.act_only_baseline == "trajectories":
+            adv = trajectory_advantages(rewards, *output_trajectories(trajs), task_ids, trained,
+                                        singleton=g.singleton_baseline, scale_std=g.scale_std)
+        else:
+            adv = rolewise_advantages(rewards, task_ids, roles, trained,
+                                      singleton=g.singleton_baseline, scale_std=g.scale_std)
         rows = build_rows(trajs, "packed", self.trained_roles).trained_only(trained)
         lengths = output_lengths(rows, len(roles))
 

@@ -272,7 +272,7 @@ class _Live:
 
     traj: Trajectory
     messages: list[dict[str, Any]]  # plain conversation, no system prompt (REHEARSE history)
-    grounding: list[dict[str, Any]] | None
+    grounding: list[list[dict[str, Any]]] | None  # per user turn; None: dropped (``<unavailable>``)
     terminal: frozenset[str]
     user_turn: int = 0
     stopped: bool = True  # the last output ended on a stop token
@@ -280,6 +280,15 @@ class _Live:
     observations: list[Observation] = field(default_factory=list)
     terminal_call: ToolCall | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages for this turn's glue
+
+
+def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
+    """REHEARSE's grounding for this call: every user turn's gold pairs (``grounding_scope=
+    "task"``) or those of the current and earlier user turns (``"seen"``)."""
+    if s.grounding is None:
+        return None
+    turns = s.grounding if rc.grounding_scope == "task" else s.grounding[:s.user_turn + 1]
+    return [g for turn in turns for g in turn]
 
 
 def _ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
@@ -327,7 +336,6 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     for task in tasks:
         prompt = chat_ids(tokenizer, protocol.act_messages(
             task.messages, task.tools, rc.rendering, rc.compact_policy_chars, []))
-        flat = [g for turn in task.grounding for g in turn]
         plain = [{"role": m["role"], "content": m["content"]}
                  for m in task.messages if m["role"] != "system"]
         for i in range(k):
@@ -342,7 +350,8 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
                 t.stop_reason = "context_budget"
             terminal = env.terminal_tools if env is not None else TERMINAL_TOOLS.get(
                 task.suite, frozenset())
-            lives.append(_Live(t, list(plain), flat if gold else None, frozenset(terminal)))
+            lives.append(_Live(t, list(plain), task.grounding if gold else None,
+                               frozenset(terminal)))
 
     sync = rc.sync_generate_calls  # finished ranks keep turning with empty calls (any_rank)
     while True:
@@ -475,7 +484,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
 
     prompts, fits = [], []
     for s, _, call in jobs:
-        rp = protocol.rehearse_messages(s.traj.task.tools, s.grounding, s.messages, call, count,
+        rp = protocol.rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages, call, count,
                                         rc.max_prompt_tokens, rc.rendering)
         prompts.append(chat_ids(tokenizer, rp.messages))
         fits.append(rp.fits)

@@ -15,8 +15,10 @@ from envace_lite.advantages import (
     flatten_outputs,
     loss_weights,
     output_logps,
+    output_trajectories,
     rolewise_advantages,
     rolewise_grpo_loss,
+    trajectory_advantages,
 )
 from envace_lite.config import get_config
 from envace_lite.grpo import RoleWiseGRPOTrainer, build_rows, collate_rows, output_lengths
@@ -109,6 +111,24 @@ def test_scale_std_divides_by_the_unbiased_group_std():
     assert close(adv, [(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.0], tol=1e-5)
 
 
+def test_trajectory_baseline_is_one_mean_over_trajectories():
+    # task x, K=2: trajectory 0 (R=1) has 3 ACT outputs, trajectory 1 (R=0) has 1.
+    # plain GRPO: μ_x = (1 + 0)/2 = 0.5 → +0.5 for each output of τ0, -0.5 for τ1;
+    # the output-weighted baseline: μ = (1+1+1+0)/4 = 0.75 → +0.25 / -0.75
+    rewards, traj = [1.0, 1.0, 1.0, 0.0], [0, 0, 0, 1]
+    returns, tasks = [1.0, 1.0, 1.0, 0.0], ["x"] * 4
+    assert close(trajectory_advantages(rewards, traj, returns, tasks), [0.5, 0.5, 0.5, -0.5])
+    assert close(rolewise_advantages(rewards, tasks, [A] * 4), [0.25, 0.25, 0.25, -0.75])
+    # an empty output of τ0 (reward 1 - 0.1 = 0.9) is measured against the same μ_x = 0.5;
+    # an invalid output gets 0, and a trajectory with no valid output leaves the mean
+    got = trajectory_advantages([1.0, 0.9, 0.0, 0.3], [0, 0, 1, 2], [1.0, 1.0, 0.0, 0.3],
+                                ["x"] * 4, [True, True, True, False])
+    assert close(got, [0.5, 0.4, -0.5, 0.0])
+    # a task with one trajectory: μ = R (A = 0) or, with singleton="none", μ = 0
+    assert close(trajectory_advantages([0.7], [0], [0.7], ["y"]), [0.0])
+    assert close(trajectory_advantages([0.7], [0], [0.7], ["y"], singleton="none"), [0.7])
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="one entry per output"):
         rolewise_advantages([1.0, 0.0], ["x"], [A, A])
@@ -187,14 +207,15 @@ TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
 
 
 def tiny_trainer(tmp_path, trajs_by_task, *, mode="shared", aggregation="output_mean", ga=1,
-                 lora_r=0, beta=0.0):
+                 lora_r=0, beta=0.0, **over):
     """A trainer whose rollouts are ``trajs_by_task`` ({task id: K trajectories})."""
     tasks = [ts[0].task for ts in trajs_by_task.values()]
     k = len(tasks and trajs_by_task[tasks[0].id])
     cfg = get_config("smoke", {**TINY, "grpo.mode": mode, "grpo.aggregation": aggregation,
                                "grpo.gradient_accumulation_steps": ga, "grpo.beta": beta,
                                "grpo.num_generations": k, "grpo.prompts_per_step": len(tasks),
-                               "model.lora_r": lora_r, "model.lora_target_modules": ["q_proj"]})
+                               "model.lora_r": lora_r, "model.lora_target_modules": ["q_proj"],
+                               **over})
     model, tokenizer = load_policy(cfg, train=True)
     trainer = RoleWiseGRPOTrainer(
         model, tokenizer, tasks, cfg, grpo_args(cfg, tmp_path),
@@ -314,6 +335,23 @@ def test_packed_rows_count_and_padding(tok, tmp_path):
     # x: 2 + 4 + 3 rows; y: 2 + 2 + 2, less the 2 of the masked trajectory → 13, padded to 14
     assert rec.rows == 13 and rec.pad_rows == 1
     assert rec.advantages.abs().sum() > 0
+
+
+def test_act_only_trajectory_baseline_in_the_trainer(tok, tmp_path):
+    # task x: τ0 R=1 with two ACT turns, τ1 R=0 with one. Only ACT is trained (act_only).
+    x = task_("x")
+    trajs = {"x": [make_traj(tok, x, 0, [("ls", ["a"]), ("cat a", ["text"])], 1.0),
+                   make_traj(tok, x, 1, [("pwd", ["/"])], 0.0)]}
+    for baseline, want in (("trajectories", [0.5, 0.0, 0.5, 0.0, -0.5, 0.0]),
+                           ("outputs", [1 / 3, 0.0, 1 / 3, 0.0, -2 / 3, 0.0])):
+        trainer, _model, inputs = tiny_trainer(tmp_path / baseline, trajs, mode="act_only_real",
+                                               **{"grpo.act_only_baseline": baseline})
+        trainer._generate_and_score_completions(inputs)
+        # outputs: act, rehearse, act, rehearse (τ0), act, rehearse (τ1); REHEARSE untrained → 0
+        assert close(trainer.last_record.advantages, want)
+    keys, returns = output_trajectories(trajs["x"])
+    assert keys == [("toy", "x", 0)] * 4 + [("toy", "x", 1)] * 2
+    assert returns.tolist() == [1.0] * 4 + [0.0] * 2
 
 
 def rehearse_only(batch):
