@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from envace_lite.types import ROLES
-
-if TYPE_CHECKING:
-    from envace_lite.rollout import Trajectory
+from envace_lite.types import ROLES, Trajectory
 
 AGGREGATIONS = ("output_mean", "token_mean")
 """How per-token losses become one number: a mean over outputs of token means, or a token mean."""

@@ -465,7 +465,7 @@ def experiment_cmd(
     fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
-    """Warm start → held-out check → role-wise GRPO → held-out checks (issue 8's experiment)."""
+    """Warm start → held-out check → role-wise GRPO → held-out checks (``experiment.py``)."""
     from envace_lite.experiment import run_experiment
     from envace_lite.paths import new_run_dir
 

@@ -8,19 +8,20 @@ in the real adapter with the memory m_x in its context.
 
 Episodes of all tasks advance **turn-synchronously**: the episodes that just got a user message
 rehearse together (one batch per rehearsal step), then the ACT prompts of every live episode go to
-the generator in one batch (batched generation is about 8x faster on CPU, DESIGN §5), and each
-reply is parsed and executed:
+the generator in one batch (batched generation is about 8x faster on CPU, docs/design.md, "Machine
+facts"), and each reply is parsed and executed:
 
 - tool calls → ``env.step`` → one user-role ``<tool_response>`` message joins the history;
 - a text reply (or a reply that fails to parse, as BFCL's decoder failure does) → ``env.end_turn``;
   the next scripted user message joins the history, or the episode ends;
 - it also ends on the turn limit, the context budget, or a terminal tool (telecom ``done``).
 
-**Write gate** (optional; DESIGN §2, beyond the paper): a state-changing call is refused when it
-fails its tool's JSON schema, or when one of its identifier arguments (``IDENTIFIER_KEY``) has a
-value that does not occur verbatim in a user message or a real non-error observation of this
-episode (never the memory: imagined ids are exactly what the gate stops). The calls of one reply
-are judged against what was seen before that reply. A refused call is not executed; ACT gets
+**Write gate** (optional; docs/design.md, "Our additions beyond the paper"): a state-changing call
+is refused when it fails its tool's JSON schema, or when one of its identifier arguments
+(``IDENTIFIER_KEY``) has a value that does not occur verbatim in a user message or a real non-error
+observation of this episode (never the memory: imagined ids are exactly what the gate stops). The
+calls of one reply are judged against what was seen before that reply. A refused call is not
+executed; ACT gets
 ``prompts.GATE_REFUSAL`` as an error observation, and ``gated_calls`` counts it.
 
 Usage::
@@ -57,7 +58,7 @@ existing records: ``order_id``, ``item_ids``, ``receiver_id``, ``access_token``,
 
 
 # ---------------------------------------------------------------------------------------------
-# The write gate (DESIGN §2)
+# The write gate (docs/design.md, "Our additions beyond the paper")
 # ---------------------------------------------------------------------------------------------
 
 def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
@@ -82,7 +83,8 @@ def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
 
 
 class WriteGate:
-    """Refuses hallucinated or malformed writes during committed execution (DESIGN §2).
+    """Refuses hallucinated or malformed writes during committed execution (docs/design.md,
+    "Our additions beyond the paper").
 
     Args:
         messages: the episode's initial messages (their user messages are seen).
@@ -174,6 +176,29 @@ class Episode:
     @property
     def live(self) -> bool:
         return not self.stop_reason
+
+
+def apply_rehearsal(ep: Episode, rec: TurnRehearsal) -> None:
+    """Apply one user turn's rehearsal record to its episode (``rehearsal.rehearse_turns``).
+
+    Appends m_x to the history as one user-role memory message (none when the memory is empty,
+    so the committed prompt is then exactly the no-rehearsal prompt), keeps the record, and adds
+    its counts to the episode's counters (the row's keys).
+    """
+    mem = rec.memory
+    ep.rehearsals.append(rec)
+    ep.rehearsal_real_calls += rec.real_calls
+    ep.rehearsal_tokens += rec.tokens
+    ep.rehearse_outputs += rec.rehearse_outputs
+    ep.rehearsal_seconds += rec.seconds
+    ep.feedback_parse_errors += rec.feedback_parse_errors
+    ep.memory_tokens += mem.tokens
+    ep.empty_memories += int(mem.empty)
+    ep.truncated_memories += int(mem.truncated)
+    ep.memories.append(mem.text)
+    if not mem.empty:
+        ep.history.append(prompts.memory_message(mem.text))
+    ep.needs_rehearsal = False
 
 
 def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Observation]:
@@ -312,7 +337,8 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         if mode != "none":
             todo = [ep for ep in episodes if ep.live and ep.needs_rehearsal]
             if todo:
-                rehearse_turns(todo, rgen, rtok, cfg, mode, n)
+                for ep, rec in zip(todo, rehearse_turns(todo, rgen, rtok, cfg, mode, n)):
+                    apply_rehearsal(ep, rec)
         live, prompt_ids = [], []
         for i, ep in enumerate(episodes):
             if not ep.live:
@@ -348,6 +374,7 @@ __all__ = [
     "IDENTIFIER_KEY",
     "Episode",
     "WriteGate",
+    "apply_rehearsal",
     "identifiers",
     "run_committed",
 ]

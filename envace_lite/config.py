@@ -1,4 +1,4 @@
-"""Dataclass configs and named profiles (DESIGN §3, §8; STYLE rule 2).
+"""Dataclass configs and named profiles (docs/design.md, "Profiles and runs").
 
 Every field carries a docstring. Derived values are computed in one place (``Config.finalize``).
 Each run dumps ``config.json`` into its run dir (``Config.save``).
@@ -252,15 +252,16 @@ class EvalConfig:
 
 @dataclass
 class WarmStartConfig:
-    """SFT warm start on real two-role transcripts (``sft.py``; issue 8)."""
+    """SFT warm start on real two-role transcripts (``transcripts.py``, ``sft.py``)."""
 
     sft_share: float = 0.5
-    """Share of the train split used for SFT; the rest is for RL, disjoint (``sft.split_sft_rl``:
-    a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no warm start, RL gets all."""
+    """Share of the train split used for SFT; the rest is for RL, disjoint
+    (``transcripts.split_sft_rl``: a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no
+    warm start, RL gets all."""
     rl_overlap: bool = False
-    """RL also trains on the SFT tasks (``sft.training_tasks(cfg, "rl")`` returns every train
-    task). Then part of the RL gain can be memorisation; the held-out committed-execution curve
-    on test tasks (``micro.py``) shows how much transfers (issue 8 allows either)."""
+    """RL also trains on the SFT tasks (``transcripts.training_tasks(cfg, "rl")`` returns every
+    train task). Then part of the RL gain can be memorisation; the held-out committed-execution
+    curve on test tasks (``experiment.py``) shows how much transfers."""
     max_user_turns: int = 0
     """Keep the first N reference user turns of each training task, for SFT and RL (0: all)."""
     token_budget: int = 250_000
@@ -465,13 +466,14 @@ def _scaled() -> Config:
 
 
 def _micro() -> Config:
-    # Measured choices (micro.py docstring): tau2-telecom, first user turn, a 4,096-token BPE
-    # trained on its transcripts (rows of about 115 ACT / 52 REHEARSE tokens: the 44-tool prompt
-    # is the same in every task). On bfcl-base the same budget left the SFT loss at 1.6 and every
-    # GRPO group at reward 0; telecom's checklists have argument-free calls (reboot_device,
-    # toggle_airplane_mode ...), so partly right trajectories score above 0 and groups differ.
-    # Telecom has 74 train tasks: SFT takes all of them and RL trains on the same tasks
-    # (warmstart.rl_overlap); the held-out test curve measures what is not memorisation.
+    # Measured choices (docs/design.md, "The micro profile: measured choices"): tau2-telecom,
+    # first user turn, a 4,096-token BPE trained on its transcripts (rows of about 115 ACT / 52
+    # REHEARSE tokens: the 44-tool prompt is the same in every task). On bfcl-base the same budget
+    # left the SFT loss at 1.6 and every GRPO group at reward 0; telecom's checklists have
+    # argument-free calls (reboot_device, toggle_airplane_mode ...), so partly right trajectories
+    # score above 0 and groups differ. Telecom has 74 train tasks: SFT takes all of them and RL
+    # trains on the same tasks (warmstart.rl_overlap); the held-out test curve measures what is not
+    # memorisation.
     return Config(
         profile="micro",
         model=ModelConfig(kind="micro", name="micro-qwen3", hidden_size=256, num_layers=4,

@@ -7,7 +7,7 @@ update one set of weights (``mode="shared"``). The objective itself, as tensors
 (``flatten_outputs``, ``rolewise_advantages``, ``loss_weights``, ``rolewise_grpo_loss``), is
 ``envace_lite/advantages.py``; this module is how TRL computes it on padded rows.
 
-How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md):
+How the trainer realises it in trl 1.16 (docs/design.md, "TRL integration"):
 
 * ``_generate_and_score_completions`` is overridden. It runs the world-rehearsal rollout on the
   batch's tasks, scores it, and emits **rows**: one packed ACT row per trajectory (the whole caller
@@ -20,8 +20,8 @@ How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md)
   the ``dapo`` loss is the plain token mean. ``output_mean`` (default) uses T/(M·L_o) for a token of
   output o (T trained tokens in the step, M trained outputs, L_o the output's length); under ``dapo``
   (÷T) the loss becomes the mean over outputs of each output's token mean. This is the same scaling
-  as DESIGN §1's advantage scaling, but it also applies to the KL term, so the whole per-token loss
-  is averaged per output exactly (GRPO's 1/G Σ 1/|o| Σ_t form).
+  as scaling each output's advantage by T/(M·L_o), but it also applies to the KL term, so the whole
+  per-token loss is averaged per output exactly (GRPO's 1/G Σ 1/|o| Σ_t form).
 * One optimizer step per generation batch (``num_iterations=1``, ``steps_per_generation`` = gradient
   accumulation), so the importance ratio is exactly 1: no old log-probs are computed, and TRL uses
   ``per_token_logps.detach()`` in their place.
@@ -63,8 +63,7 @@ from envace_lite.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import Config
-from envace_lite.rollout import Trajectory
-from envace_lite.types import ROLES
+from envace_lite.types import ROLES, Trajectory
 
 MODES = ("shared", "per_role", "act_only", "act_only_real")
 ROLLOUT_MODE = {"shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
@@ -299,7 +298,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         tasks: the training tasks; the dataset rows are their indices, repeated K times by TRL's
             ``RepeatSampler``.
         cfg: the run config (``grpo``, ``rollout`` and ``run`` groups are read).
-        args: a ``trl.GRPOConfig`` (``train.grpo_args`` builds the one DESIGN §4 prescribes).
+        args: a ``trl.GRPOConfig`` (``train.grpo_args`` builds the one of docs/design.md,
+            "TRL integration").
         generator: replaces every policy-driven generator (e.g. a ``ScriptedGenerator`` in tests).
         rollout_fn: ``(tasks, k, step) -> scored trajectories`` replacing rollout and scoring.
         callbacks: extra ``TrainerCallback`` s.

@@ -5,8 +5,8 @@ generation, an LLM checklist judge, and the notebook series run headlessly.
 Every subcommand builds its config with ``envace_lite.config.get_config`` from the ``scaled``
 profile plus override files (``scaled/overrides/*.yaml``) and ``--set group.field=value``, and
 takes ``--dry-run``: it then prints one JSON document (the resolved config, the entry point, the
-world size and the exact command) and starts nothing. This file holds no training code
-(STYLE rule 14): ``train`` runs ``accelerate launch -m envace_lite.cli train``, which calls
+world size and the exact command) and starts nothing. This file holds no training code:
+``train`` runs ``accelerate launch -m envace_lite.cli train``, which calls
 ``envace_lite.train.train``, the function notebook 04 calls.
 
 Usage (from the repository root; scaled/README.md has the full recipes)::

@@ -119,11 +119,10 @@ def test_packed_history_decodes_to_the_template_rendering(tok, cap):
 def test_smollm2_glue_when_cached():
     from transformers import AutoTokenizer
 
-    from envace_lite.models import _STAMP
-    from envace_lite.paths import cache_dir
+    from envace_lite.paths import CACHE_STAMP, cache_dir
 
     folder = cache_dir("models") / "smollm2-135m"
-    if not (folder / _STAMP).exists():
+    if not (folder / CACHE_STAMP).exists():
         pytest.skip("SmolLM2 HF folder not cached (built by models.smollm2_hf_dir)")
     tok = AutoTokenizer.from_pretrained(folder)
     g = chat_glue(tok)
