@@ -6,6 +6,10 @@ paper's Non-TTS evaluation; with it, it is the single real run of paper §2.3: a
 message the policy first rehearses privately (``rehearsal.rehearse_turns``), then ACT continues
 in the real adapter with the memory m_x in its context.
 
+Each ACT prompt extends the episode's ACT token history exactly as training's ``rollout`` packs
+it: the sampled ids verbatim, then the template glue of the messages that joined since
+(``act_prompt``; docs/design.md, "Committed execution on training's tokens").
+
 Episodes of all tasks advance **turn-synchronously**: the episodes that just got a user message
 rehearse together (one batch per rehearsal step), then the ACT prompts of every live episode go to
 the generator in one batch (batched generation is about 8x faster on CPU, docs/design.md, "Machine
@@ -46,6 +50,7 @@ from envace_lite.envs import Env
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger, progress
 from envace_lite.rehearsal import DECODING, MODES, TurnRehearsal, rehearse_turns
+from envace_lite.rollout import chat_glue, ids_with_stop
 from envace_lite.types import Observation, ToolCall
 
 log = get_logger(__name__)
@@ -141,6 +146,12 @@ class Episode:
             the ACT reply) and ``{"kind": "end_turn", "text"}``.
         rehearsals: one ``TurnRehearsal`` per rehearsed user turn.
         memories: m_x text per rehearsed user turn ("" when empty).
+        act_ids: the ACT token history as training packs it (``rollout``): the last ACT prompt
+            and the ids sampled from it, verbatim (``act_prompt``).
+        act_stopped: the last ACT output ended on a stop token.
+        act_history_len: ``len(history)`` right after the last ACT reply; the messages after it
+            join ``act_ids`` as template glue.
+        act_tools: the tool schemas the prompt was rendered with.
         The counters are the row's keys (``run_committed``).
     """
 
@@ -170,6 +181,10 @@ class Episode:
     truncated_memories: int = 0
     rehearsal_seconds: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
+    act_ids: list[int] = field(default_factory=list)
+    act_stopped: bool = True
+    act_history_len: int = 0
+    act_tools: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
 
@@ -227,6 +242,7 @@ def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
     parsed = protocol.parse_act(text, tools)
     ep.turns += 1
     ep.history.append({"role": "assistant", "content": text})
+    ep.act_history_len = len(ep.history)
     if parsed.kind == "calls":
         ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in parsed.calls)
         ep.violations += sum(1 for c in parsed.calls if c.violations)
@@ -288,6 +304,37 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
+def act_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
+    """The episode's next ACT prompt, on the token ids training uses (docs/design.md, "Committed
+    execution on training's tokens").
+
+    The first prompt is rendered from the messages (with whatever joined the history before the
+    first ACT output, e.g. the memory m_x). Later prompts are the ACT history ``ep.act_ids`` (the
+    last prompt plus its sampled ids, verbatim) extended by the template glue of the messages
+    that joined since (tool responses, user turns, m_x), exactly as ``rollout`` packs a
+    trajectory. Re-rendering the whole history instead would differ from training's tokens:
+    Qwen3's template drops the empty ``<think></think>`` of earlier assistant turns, and the
+    sampled ids need not be what the text re-encodes to.
+
+    One exception: when the env's tool list changed since the last rendering (BFCL miss_func
+    adds a held-out function at its turn), the prompt is rendered again from the messages, so
+    that ACT sees the new tool.
+
+    Returns:
+        The prompt ids, shape (P,).
+    """
+    tools = ep.env.tool_schemas()
+    if not ep.act_ids or tools != ep.act_tools:
+        ep.act_tools = tools
+        return chat_ids(tokenizer, protocol.act_messages(
+            ep.messages, tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars,
+            ep.history))
+    glue = chat_glue(tokenizer)
+    pending = ep.history[ep.act_history_len:]
+    return ep.act_ids + tokenizer.encode(glue.after_turn(ep.act_stopped, pending),
+                                         add_special_tokens=False)
+
+
 def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
                   rehearsal: str | None = None, n: int | None = None,
                   rehearsal_generator: Generator | None = None,
@@ -343,9 +390,7 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         for i, ep in enumerate(episodes):
             if not ep.live:
                 continue
-            msgs = protocol.act_messages(ep.messages, ep.env.tool_schemas(), cfg.rollout.rendering,
-                                         cfg.rollout.compact_policy_chars, ep.history)
-            ids = chat_ids(tokenizer, msgs)
+            ids = act_prompt(ep, tokenizer, cfg)
             if len(ids) > budget:
                 ep.stop_reason = "context_budget"
                 log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
@@ -359,7 +404,10 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         outs = generator.generate(prompt_ids, role="act",
                                   max_new_tokens=cfg.rollout.max_new_tokens_act,
                                   temperature=temperature, top_p=top_p)
-        for (i, ep), out in zip(live, outs):
+        glue = chat_glue(tokenizer)
+        for (i, ep), prompt, out in zip(live, prompt_ids, outs):
+            sampled = ids_with_stop(out, glue)
+            ep.act_ids, ep.act_stopped = prompt + sampled, len(sampled) > len(out.ids)
             _step_episode(ep, out.text, cfg)
             if not ep.live:
                 finish(i, ep)
@@ -374,6 +422,7 @@ __all__ = [
     "IDENTIFIER_KEY",
     "Episode",
     "WriteGate",
+    "act_prompt",
     "apply_rehearsal",
     "identifiers",
     "run_committed",

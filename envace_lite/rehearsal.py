@@ -21,8 +21,11 @@ execution that follows, and the write gate, live in ``commit.py``, which calls
 **Imagined continuations reuse the rollout engine.** ``imagined_task`` turns the committed state
 into a one-user-turn ``Task``: its messages are the episode's initial messages plus the real
 history so far (plus, in sequential mode, the context message), its tools the env's current
-schemas, its grounding empty. ``rollout(mode="rehearse")`` on it renders exactly the committed
-ACT prompt, and a final answer ends the attempt (the task has no next user turn). The rollout
+schemas, its grounding empty. ``rollout(mode="rehearse")`` on it renders the committed history
+as text: in the first user turn that is exactly the committed ACT prompt; in later ones it is the
+re-rendered history (under Qwen3's template, without the empty think blocks that the committed
+token history keeps: docs/design.md, "Committed execution on training's tokens"). A final answer
+ends the attempt (the task has no next user turn). The rollout
 config is copied with ``grounding_drop_p=1`` (so REHEARSE always reads ``<unavailable>``), the
 rehearsal decoding and ``rehearsal.max_turns``. No env is given to the engine, so it cannot
 execute anything; the env's ``real_calls`` counter is also checked before and after, and a

@@ -174,7 +174,9 @@ def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
     return [g for turn in turns for g in turn]
 
 
-def _ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
+def ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
+    """The sampled ids as the ACT history keeps them: verbatim, plus the template's end-of-turn id
+    when the output stopped on a stop token (whichever stop id the generator hit)."""
     stop = out.finish_reason == "stop" and glue.eot_id is not None
     return list(out.ids) + ([glue.eot_id] if stop else [])
 
@@ -282,7 +284,7 @@ def _act(s: _Live, prompt: list[int], out: Completion, glue: ChatGlue, cfg: Any)
     """Record one ACT output, parse it, and route it: stop, close the user turn, or calls."""
     t = s.traj
     parsed = protocol.parse_act(out.text, t.task.tools)
-    ids = _ids_with_stop(out, glue)
+    ids = ids_with_stop(out, glue)
     t.outputs.append(Output(
         "act", t.turns, prompt, ids, out.text, logprobs=out.logprobs, parse_kind=parsed.kind,
         error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
@@ -378,7 +380,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
         t = s.traj
         obs, parsed = rehearsal_observation(out.text)
         t.outputs.append(Output(
-            "rehearse", t.turns - 1, prompt, _ids_with_stop(out, glue), out.text, call_index=j,
+            "rehearse", t.turns - 1, prompt, ids_with_stop(out, glue), out.text, call_index=j,
             logprobs=out.logprobs, parse_kind="ok" if parsed.ok else "error",
             error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
             finish_reason=out.finish_reason, user_turn=s.user_turn,
