@@ -45,16 +45,11 @@ JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 # ---------------------------------------------------------------------------------------------
 def resolve_config(profile: str, override_files: list[str], sets: list[str],
                    extra: dict[str, Any] | None = None) -> Any:
-    """``get_config(profile, files in order, then extra, then --set)``: what every rank builds."""
-    from envace_lite.cli import _parse_overrides
-    from envace_lite.config import get_config, load_overrides
+    """``cli.resolve_config``: files in order, then ``extra``, then ``--set``; what every rank
+    builds (the same function the CLI's ``train`` calls)."""
+    from envace_lite.cli import resolve_config as resolve
 
-    overrides: dict[str, Any] = {}
-    for f in override_files:
-        overrides |= load_overrides(f)
-    overrides |= extra or {}
-    overrides |= _parse_overrides(sets)
-    return get_config(profile, overrides)
+    return resolve(profile, override_files, sets, extra)
 
 
 def accelerate_world(config_file: str, num_processes: int | None = None,

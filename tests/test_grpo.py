@@ -21,8 +21,9 @@ from envace_lite.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import get_config
-from envace_lite.grpo import RoleWiseGRPOTrainer, build_rows, collate_rows, output_lengths
+from envace_lite.grpo import RoleWiseGRPOTrainer
 from envace_lite.models import load_policy, qwen3_tokenizer
+from envace_lite.rows import build_rows, collate_rows, output_lengths
 from envace_lite.train import grpo_args
 from envace_lite.types import Output, Task, Trajectory
 
