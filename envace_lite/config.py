@@ -111,7 +111,8 @@ class RolloutConfig:
     grounding_scope: str = "task"
     """Which gold (call, observation) pairs REHEARSE's grounding holds: ``task`` (every user
     turn's, future ones included: the reference code) or ``seen`` (the current and earlier user
-    turns only, closer to the paper's π(ô | h_t, a_t)). See docs/design.md, "REHEARSE grounding"."""
+    turns only, closer to the paper's π(ô | h_t, a_t)). See docs/design.md, "Reward and trainer
+    semantics", 5."""
     user_replay: str = "gated"
     """``gated`` (next user turn only once required checklist items passed; training) or
     ``always`` (every scripted turn; evaluation)."""
@@ -178,7 +179,7 @@ class GRPOConfig:
     act_only_baseline: str = "outputs"
     """``act_only`` modes: ``outputs`` (the role-wise baseline, a mean over the task's ACT
     outputs, as in ``shared``) or ``trajectories`` (plain GRPO: one mean over the task's K
-    trajectory rewards). See docs/design.md, "The act_only baseline"."""
+    trajectory rewards). See docs/design.md, "Reward and trainer semantics", 6."""
     frozen_simulator_backend: str = "policy"
     """``act_only``: who samples the frozen simulator. ``policy``: the policy's own backend (the
     frozen weights are a copy, or the LoRA adapter switched off, which a vLLM backend cannot do);
