@@ -27,10 +27,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-WARM_START = Path(os.environ.get("ENVACE_BENCH_CHECKPOINT", "/work/ckpt/smollm2_ws_s0/checkpoint"))
-"""Laptop benchmarks use this warm-started SmolLM2 (a full ``save_pretrained`` folder) when it
-exists, so that ACT emits tool calls and trajectories reach several turns; the base model
-otherwise. The JSON records which (``model_checkpoint``)."""
+WARM_START = (Path(os.environ["ENVACE_BENCH_CHECKPOINT"])
+              if os.environ.get("ENVACE_BENCH_CHECKPOINT") else None)
+"""Laptop benchmarks use the warm-started SmolLM2 that ``ENVACE_BENCH_CHECKPOINT`` names (a full
+``save_pretrained`` folder, made by ``envace-lite warmstart --profile laptop --seed 0``: the
+``checkpoint`` folder of its run dir), so that ACT emits tool calls and trajectories reach
+several turns; the base model when it is unset or missing. No default path. The JSON records
+which (``model_checkpoint``)."""
 GPU_NOTE = "no GPU on this machine: the GPU benchmarks were not run"
 
 
@@ -93,7 +96,7 @@ def bench_config(profile: str, overrides: dict[str, Any] | None = None) -> Any:
     from envace_lite.config import get_config
 
     extra = dict(overrides or {})
-    if profile == "laptop" and WARM_START.exists():
+    if profile == "laptop" and WARM_START is not None and WARM_START.exists():
         extra.setdefault("model.checkpoint", str(WARM_START))
     return get_config(profile, extra)
 
@@ -140,7 +143,8 @@ def toy_task(i: int = 0) -> Any:
 
 def bench_tasks(n: int, suites: tuple[str, ...] = ("tau2-telecom", "bfcl-base"),
                 quick: bool = False) -> list[Any]:
-    """``n`` train tasks, alternating between ``suites`` (the compact renderings, DESIGN §5).
+    """``n`` train tasks, alternating between ``suites`` (the compact renderings, docs/design.md,
+    "Machine facts").
 
     Args:
         n: number of tasks; suite ``j`` supplies tasks ``j, j + len(suites), ...``.

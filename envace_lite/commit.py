@@ -6,21 +6,26 @@ paper's Non-TTS evaluation; with it, it is the single real run of paper §2.3: a
 message the policy first rehearses privately (``rehearsal.rehearse_turns``), then ACT continues
 in the real adapter with the memory m_x in its context.
 
+Each ACT prompt extends the episode's ACT token history exactly as training's ``rollout`` packs
+it: the sampled ids verbatim, then the template glue of the messages that joined since
+(``act_prompt``; docs/design.md, "Committed execution on training's tokens").
+
 Episodes of all tasks advance **turn-synchronously**: the episodes that just got a user message
 rehearse together (one batch per rehearsal step), then the ACT prompts of every live episode go to
-the generator in one batch (batched generation is about 8x faster on CPU, DESIGN §5), and each
-reply is parsed and executed:
+the generator in one batch (batched generation is about 8x faster on CPU, docs/design.md, "Machine
+facts"), and each reply is parsed and executed:
 
 - tool calls → ``env.step`` → one user-role ``<tool_response>`` message joins the history;
 - a text reply (or a reply that fails to parse, as BFCL's decoder failure does) → ``env.end_turn``;
   the next scripted user message joins the history, or the episode ends;
 - it also ends on the turn limit, the context budget, or a terminal tool (telecom ``done``).
 
-**Write gate** (optional; DESIGN §2, beyond the paper): a state-changing call is refused when it
-fails its tool's JSON schema, or when one of its identifier arguments (``IDENTIFIER_KEY``) has a
-value that does not occur verbatim in a user message or a real non-error observation of this
-episode (never the memory: imagined ids are exactly what the gate stops). The calls of one reply
-are judged against what was seen before that reply. A refused call is not executed; ACT gets
+**Write gate** (optional; docs/design.md, "Our additions beyond the paper"): a state-changing call
+is refused when it fails its tool's JSON schema, or when one of its identifier arguments
+(``IDENTIFIER_KEY``) has a value that does not occur verbatim in a user message or a real non-error
+observation of this episode (never the memory: imagined ids are exactly what the gate stops). The
+calls of one reply are judged against what was seen before that reply. A refused call is not
+executed; ACT gets
 ``prompts.GATE_REFUSAL`` as an error observation, and ``gated_calls`` counts it.
 
 Usage::
@@ -45,6 +50,7 @@ from envace_lite.envs import Env
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger, progress
 from envace_lite.rehearsal import DECODING, MODES, TurnRehearsal, rehearse_turns
+from envace_lite.rollout import chat_glue, ids_with_stop
 from envace_lite.types import Observation, ToolCall
 
 log = get_logger(__name__)
@@ -57,7 +63,7 @@ existing records: ``order_id``, ``item_ids``, ``receiver_id``, ``access_token``,
 
 
 # ---------------------------------------------------------------------------------------------
-# The write gate (DESIGN §2)
+# The write gate (docs/design.md, "Our additions beyond the paper")
 # ---------------------------------------------------------------------------------------------
 
 def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
@@ -82,7 +88,8 @@ def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
 
 
 class WriteGate:
-    """Refuses hallucinated or malformed writes during committed execution (DESIGN §2).
+    """Refuses hallucinated or malformed writes during committed execution (docs/design.md,
+    "Our additions beyond the paper").
 
     Args:
         messages: the episode's initial messages (their user messages are seen).
@@ -139,6 +146,12 @@ class Episode:
             the ACT reply) and ``{"kind": "end_turn", "text"}``.
         rehearsals: one ``TurnRehearsal`` per rehearsed user turn.
         memories: m_x text per rehearsed user turn ("" when empty).
+        act_ids: the ACT token history as training packs it (``rollout``): the last ACT prompt
+            and the ids sampled from it, verbatim (``act_prompt``).
+        act_stopped: the last ACT output ended on a stop token.
+        act_history_len: ``len(history)`` right after the last ACT reply; the messages after it
+            join ``act_ids`` as template glue.
+        act_tools: the tool schemas the prompt was rendered with.
         The counters are the row's keys (``run_committed``).
     """
 
@@ -168,12 +181,39 @@ class Episode:
     truncated_memories: int = 0
     rehearsal_seconds: float = 0.0
     events: list[dict[str, Any]] = field(default_factory=list)
+    act_ids: list[int] = field(default_factory=list)
+    act_stopped: bool = True
+    act_history_len: int = 0
+    act_tools: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
 
     @property
     def live(self) -> bool:
         return not self.stop_reason
+
+
+def apply_rehearsal(ep: Episode, rec: TurnRehearsal) -> None:
+    """Apply one user turn's rehearsal record to its episode (``rehearsal.rehearse_turns``).
+
+    Appends m_x to the history as one user-role memory message (none when the memory is empty,
+    so the committed prompt is then exactly the no-rehearsal prompt), keeps the record, and adds
+    its counts to the episode's counters (the row's keys).
+    """
+    mem = rec.memory
+    ep.rehearsals.append(rec)
+    ep.rehearsal_real_calls += rec.real_calls
+    ep.rehearsal_tokens += rec.tokens
+    ep.rehearse_outputs += rec.rehearse_outputs
+    ep.rehearsal_seconds += rec.seconds
+    ep.feedback_parse_errors += rec.feedback_parse_errors
+    ep.memory_tokens += mem.tokens
+    ep.empty_memories += int(mem.empty)
+    ep.truncated_memories += int(mem.truncated)
+    ep.memories.append(mem.text)
+    if not mem.empty:
+        ep.history.append(prompts.memory_message(mem.text))
+    ep.needs_rehearsal = False
 
 
 def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Observation]:
@@ -202,6 +242,7 @@ def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
     parsed = protocol.parse_act(text, tools)
     ep.turns += 1
     ep.history.append({"role": "assistant", "content": text})
+    ep.act_history_len = len(ep.history)
     if parsed.kind == "calls":
         ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in parsed.calls)
         ep.violations += sum(1 for c in parsed.calls if c.violations)
@@ -263,6 +304,37 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
+def act_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
+    """The episode's next ACT prompt, on the token ids training uses (docs/design.md, "Committed
+    execution on training's tokens").
+
+    The first prompt is rendered from the messages (with whatever joined the history before the
+    first ACT output, e.g. the memory m_x). Later prompts are the ACT history ``ep.act_ids`` (the
+    last prompt plus its sampled ids, verbatim) extended by the template glue of the messages
+    that joined since (tool responses, user turns, m_x), exactly as ``rollout`` packs a
+    trajectory. Re-rendering the whole history instead would differ from training's tokens:
+    Qwen3's template drops the empty ``<think></think>`` of earlier assistant turns, and the
+    sampled ids need not be what the text re-encodes to.
+
+    One exception: when the env's tool list changed since the last rendering (BFCL miss_func
+    adds a held-out function at its turn), the prompt is rendered again from the messages, so
+    that ACT sees the new tool.
+
+    Returns:
+        The prompt ids, shape (P,).
+    """
+    tools = ep.env.tool_schemas()
+    if not ep.act_ids or tools != ep.act_tools:
+        ep.act_tools = tools
+        return chat_ids(tokenizer, protocol.act_messages(
+            ep.messages, tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars,
+            ep.history))
+    glue = chat_glue(tokenizer)
+    pending = ep.history[ep.act_history_len:]
+    return ep.act_ids + tokenizer.encode(glue.after_turn(ep.act_stopped, pending),
+                                         add_special_tokens=False)
+
+
 def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
                   rehearsal: str | None = None, n: int | None = None,
                   rehearsal_generator: Generator | None = None,
@@ -312,14 +384,13 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         if mode != "none":
             todo = [ep for ep in episodes if ep.live and ep.needs_rehearsal]
             if todo:
-                rehearse_turns(todo, rgen, rtok, cfg, mode, n)
+                for ep, rec in zip(todo, rehearse_turns(todo, rgen, rtok, cfg, mode, n)):
+                    apply_rehearsal(ep, rec)
         live, prompt_ids = [], []
         for i, ep in enumerate(episodes):
             if not ep.live:
                 continue
-            msgs = protocol.act_messages(ep.messages, ep.env.tool_schemas(), cfg.rollout.rendering,
-                                         cfg.rollout.compact_policy_chars, ep.history)
-            ids = chat_ids(tokenizer, msgs)
+            ids = act_prompt(ep, tokenizer, cfg)
             if len(ids) > budget:
                 ep.stop_reason = "context_budget"
                 log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
@@ -333,7 +404,10 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         outs = generator.generate(prompt_ids, role="act",
                                   max_new_tokens=cfg.rollout.max_new_tokens_act,
                                   temperature=temperature, top_p=top_p)
-        for (i, ep), out in zip(live, outs):
+        glue = chat_glue(tokenizer)
+        for (i, ep), prompt, out in zip(live, prompt_ids, outs):
+            sampled = ids_with_stop(out, glue)
+            ep.act_ids, ep.act_stopped = prompt + sampled, len(sampled) > len(out.ids)
             _step_episode(ep, out.text, cfg)
             if not ep.live:
                 finish(i, ep)
@@ -348,6 +422,8 @@ __all__ = [
     "IDENTIFIER_KEY",
     "Episode",
     "WriteGate",
+    "act_prompt",
+    "apply_rehearsal",
     "identifiers",
     "run_committed",
 ]

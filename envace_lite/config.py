@@ -1,4 +1,4 @@
-"""Dataclass configs and named profiles (DESIGN §3, §8; STYLE rule 2).
+"""Dataclass configs and named profiles (docs/design.md, "Profiles and runs").
 
 Every field carries a docstring. Derived values are computed in one place (``Config.finalize``).
 Each run dumps ``config.json`` into its run dir (``Config.save``).
@@ -108,6 +108,11 @@ class RolloutConfig:
     """Nucleus sampling in training."""
     grounding_drop_p: float = 0.3
     """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training."""
+    grounding_scope: str = "task"
+    """Which gold (call, observation) pairs REHEARSE's grounding holds: ``task`` (every user
+    turn's, future ones included: the reference code) or ``seen`` (the current and earlier user
+    turns only, closer to the paper's π(ô | h_t, a_t)). See docs/design.md, "Reward and trainer
+    semantics", 5."""
     user_replay: str = "gated"
     """``gated`` (next user turn only once required checklist items passed; training) or
     ``always`` (every scripted turn; evaluation)."""
@@ -171,6 +176,14 @@ class GRPOConfig:
     subtracts 0.1 from an empty output's trajectory score), applied before the baseline."""
     scale_std: bool = False
     """Divide advantages by the (task, role) reward std (off: the paper is mean-only)."""
+    act_only_baseline: str = "outputs"
+    """``act_only`` modes: ``outputs`` (the role-wise baseline, a mean over the task's ACT
+    outputs, as in ``shared``) or ``trajectories`` (plain GRPO: one mean over the task's K
+    trajectory rewards). See docs/design.md, "Reward and trainer semantics", 6."""
+    frozen_simulator_backend: str = "policy"
+    """``act_only``: who samples the frozen simulator. ``policy``: the policy's own backend (the
+    frozen weights are a copy, or the LoRA adapter switched off, which a vLLM backend cannot do);
+    ``hf``: HF ``generate`` on the frozen weights, whatever ``rollout.generation_backend`` is."""
     judge: str = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
     judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
@@ -240,15 +253,16 @@ class EvalConfig:
 
 @dataclass
 class WarmStartConfig:
-    """SFT warm start on real two-role transcripts (``sft.py``; issue 8)."""
+    """SFT warm start on real two-role transcripts (``transcripts.py``, ``sft.py``)."""
 
     sft_share: float = 0.5
-    """Share of the train split used for SFT; the rest is for RL, disjoint (``sft.split_sft_rl``:
-    a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no warm start, RL gets all."""
+    """Share of the train split used for SFT; the rest is for RL, disjoint
+    (``transcripts.split_sft_rl``: a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no
+    warm start, RL gets all."""
     rl_overlap: bool = False
-    """RL also trains on the SFT tasks (``sft.training_tasks(cfg, "rl")`` returns every train
-    task). Then part of the RL gain can be memorisation; the held-out committed-execution curve
-    on test tasks (``micro.py``) shows how much transfers (issue 8 allows either)."""
+    """RL also trains on the SFT tasks (``transcripts.training_tasks(cfg, "rl")`` returns every
+    train task). Then part of the RL gain can be memorisation; the held-out committed-execution
+    curve on test tasks (``experiment.py``) shows how much transfers."""
     max_user_turns: int = 0
     """Keep the first N reference user turns of each training task, for SFT and RL (0: all)."""
     token_budget: int = 250_000
@@ -330,12 +344,29 @@ class Config:
             "rollout.generation_backend": (self.rollout.generation_backend,
                                            {"hf", "vllm_server", "vllm_colocate"}),
             "grpo.judge": (self.grpo.judge, {"rule", "llm"}),
+            "grpo.act_only_baseline": (self.grpo.act_only_baseline, {"outputs", "trajectories"}),
+            "grpo.frozen_simulator_backend": (self.grpo.frozen_simulator_backend,
+                                              {"policy", "hf"}),
+            "rollout.grounding_scope": (self.rollout.grounding_scope, {"task", "seen"}),
         }
         for name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ValueError(f"{name}={value!r}: expected one of {sorted(allowed)}")
         if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
             self.rollout.sync_generate_calls = True
+        if (self.grpo.mode == "act_only" and self.model.lora_r > 0
+                and self.rollout.generation_backend != "hf"
+                and self.grpo.frozen_simulator_backend != "hf"):
+            # vLLM samples from the merged, synced weights: switching the HF adapter off does
+            # not reach it, so the "frozen" simulator would be the live policy
+            raise ValueError(
+                "grpo.mode='act_only' with LoRA (model.lora_r > 0) on rollout.generation_backend="
+                f"{self.rollout.generation_backend!r} has no frozen simulator: vLLM serves the "
+                "trained weights. Set grpo.frozen_simulator_backend='hf' (HF generate with the "
+                "adapter off), rollout.generation_backend='hf', or model.lora_r=0")
+        if self.grpo.act_only_baseline != "outputs" and not self.grpo.mode.startswith("act_only"):
+            raise ValueError(f"grpo.act_only_baseline={self.grpo.act_only_baseline!r} applies to "
+                             f"the act_only modes only (grpo.mode={self.grpo.mode!r})")
         if self.grpo.judge == "llm" and not (self.grpo.judge_url and self.grpo.judge_model):
             raise ValueError("grpo.judge='llm' needs grpo.judge_url and grpo.judge_model "
                              "(scaled/launch.py judge starts one)")
@@ -436,13 +467,14 @@ def _scaled() -> Config:
 
 
 def _micro() -> Config:
-    # Measured choices (micro.py docstring): tau2-telecom, first user turn, a 4,096-token BPE
-    # trained on its transcripts (rows of about 115 ACT / 52 REHEARSE tokens: the 44-tool prompt
-    # is the same in every task). On bfcl-base the same budget left the SFT loss at 1.6 and every
-    # GRPO group at reward 0; telecom's checklists have argument-free calls (reboot_device,
-    # toggle_airplane_mode ...), so partly right trajectories score above 0 and groups differ.
-    # Telecom has 74 train tasks: SFT takes all of them and RL trains on the same tasks
-    # (warmstart.rl_overlap); the held-out test curve measures what is not memorisation.
+    # Measured choices (docs/design.md, "The micro profile: measured choices"): tau2-telecom,
+    # first user turn, a 4,096-token BPE trained on its transcripts (rows of about 115 ACT / 52
+    # REHEARSE tokens: the 44-tool prompt is the same in every task). On bfcl-base the same budget
+    # left the SFT loss at 1.6 and every GRPO group at reward 0; telecom's checklists have
+    # argument-free calls (reboot_device, toggle_airplane_mode ...), so partly right trajectories
+    # score above 0 and groups differ. Telecom has 74 train tasks: SFT takes all of them and RL
+    # trains on the same tasks (warmstart.rl_overlap); the held-out test curve measures what is not
+    # memorisation.
     return Config(
         profile="micro",
         model=ModelConfig(kind="micro", name="micro-qwen3", hidden_size=256, num_layers=4,

@@ -1,6 +1,6 @@
 """What the course notebooks call: their opening cells, their exercises, their scripted policy.
 
-Every notebook opens with the same four cells (STYLE rule 11): title and goals, ``versions()``, the
+Every notebook opens with the same four cells: title and goals, ``versions()``, the
 ``parameters`` cell, and a config cell that calls ``check_parameters`` (papermill only warns about a
 misspelled parameter; this raises) and ``stage_dir`` (the notebook's output folder, with its
 ``config.json``). In their bodies notebooks use ``artifact`` (an earlier notebook's output, through
@@ -155,7 +155,8 @@ def gold_script(task: Any, *, user_turns: int | None = None, world: str = "groun
     """ACT and REHEARSE texts that replay a task's gold calls, for ``ScriptedGenerator`` (k=1).
 
     This is a SCRIPTED policy, not a model: notebooks use it to show what a competent rollout
-    looks like, because the small profiles' models make no tool calls zero-shot (DESIGN §5).
+    looks like, because the small profiles' models make no tool calls zero-shot (docs/design.md,
+    "Machine facts").
 
     Args:
         task: a ``Task`` (its ``grounding`` holds each gold call with its real observation).
@@ -170,7 +171,7 @@ def gold_script(task: Any, *, user_turns: int | None = None, world: str = "groun
         ``{"act": [...], "rehearse": [...]}`` in generation order.
     """
     from envace_lite import protocol
-    from envace_lite.sft import TERMINAL_CALLS, closing_text
+    from envace_lite.transcripts import TERMINAL_CALLS, closing_text
     from envace_lite.types import ToolCall
 
     if world not in ("grounding", "blank"):
@@ -331,7 +332,7 @@ def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 PAPER = {
-    "source": "EnvACE (arXiv 2608.06197) as summarised in /work/shared/paper/ (§3.2-3.3)",
+    "source": "EnvACE (arXiv 2608.06197), §3.2-3.3",
     # Fig. 3: tau2-Bench Avg. (%), Qwen3 base / +GRPO / per-role policy / EnvACE (shared)
     "fig3": {"Qwen3-8B": {"base": 30.0, "GRPO": 31.2, "per_role": 35.5, "shared": 36.7},
              "Qwen3-1.7B": {"base": 10.4, "GRPO": 14.7, "per_role": 14.0, "shared": 15.3}},

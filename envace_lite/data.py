@@ -1,6 +1,7 @@
 """Training and evaluation tasks: checklists from gold calls, grounding from real executions.
 
-The paper trains on CM2, which cannot be downloaded here (DESIGN §7, "Training data"). We build
+The paper trains on CM2, which cannot be downloaded here (docs/design.md, "Benchmarks and
+training data"). We build
 tasks from the benchmarks' own *train* splits instead (tau2's splits; our seeded BFCL split in
 ``data/bfcl_split.json``) and evaluate on the *test* splits only.
 
@@ -8,7 +9,7 @@ For each task this module:
 
 1. replays the benchmark's gold calls once, offline, in the real environment (``Env.step``), and
    keeps every (call, real observation) pair as REHEARSE **grounding**;
-2. builds one **checklist** per reference user turn (DESIGN §8):
+2. builds one **checklist** per reference user turn (docs/design.md, "The checklist reward"):
    ``call`` items (tool + key arguments), ``observation`` items (key values of the real output),
    ``communicate`` items (tau2 ``communicate_info``) and, for a turn whose gold is empty
    (BFCL miss_func / miss_param), one ``no_call`` item of weight 1. Weights sum to 1 per turn;
@@ -46,8 +47,8 @@ MAX_OBSERVATION_VALUES = 3
 
 
 def normalize(value: Any) -> Any:
-    """JSON-normalise a value for comparison (DESIGN §8): tuples become lists, numbers that are
-    whole become ints, dict keys are sorted by ``json.dumps``."""
+    """JSON-normalise a value for comparison (docs/design.md, "The checklist reward"): tuples become
+    lists, numbers that are whole become ints, dict keys are sorted by ``json.dumps``."""
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
@@ -103,7 +104,7 @@ def build_checklist(
     key_args: list[list[str] | None],
     communicate: list[str],
 ) -> list[ChecklistItem]:
-    """The checklist of one reference user turn (DESIGN §1, §8).
+    """The checklist of one reference user turn (docs/design.md, "The checklist reward").
 
     Args:
         calls: the turn's gold calls, flattened, terminal pseudo-tools excluded.

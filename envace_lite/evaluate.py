@@ -35,10 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_lite.commit import (  # noqa: F401  (re-exported: the committed-execution loop)
+from envace_lite.commit import (
     Episode,
     WriteGate,
-    _step_episode,
     run_committed,
 )
 from envace_lite.config import Config, get_config
@@ -484,14 +483,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_results(run_dir: Path, rows: list[dict[str, Any]]) -> tuple[Path, Path]:
-    """Write ``results.jsonl``, ``results.md`` and ``summary.json`` into ``run_dir``."""
-    jsonl = run_dir / "results.jsonl"
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    write_summary(run_dir, rows)
-    return jsonl, run_dir / "results.md"
-
-
 __all__ = [
     "BENCHMARKS",
     "DECODING",
@@ -513,6 +504,5 @@ __all__ = [
     "sweep_point",
     "table3",
     "usage_table",
-    "write_results",
     "write_summary",
 ]

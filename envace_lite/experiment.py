@@ -1,4 +1,4 @@
-"""The learning experiment of the ``micro`` profile (issue 8): warm start, then EnvACE, with
+"""The learning experiment of the ``micro`` profile: warm start, then EnvACE, with
 held-out checks on the way.
 
 One run (``run_experiment``) does, for one seed and one training mode::
@@ -50,7 +50,7 @@ CURVE_LABELS = {
     "heldout_reward": "held-out committed-execution reward (real env, greedy)",
     "heldout_fidelity": "held-out rehearsal fidelity (exact match, gold pairs)",
 }
-"""What each plotted quantity is (issue 8, "honest reporting")."""
+"""What each plotted quantity is, in words (so that no plot claims more than it measures)."""
 
 STAGES = ("before_sft", "after_sft", "after_envace")
 
@@ -209,7 +209,7 @@ def window_means(rewards: list[float | None], window: int = 10) -> dict[str, Any
 def summarize_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """Across seeds: the first/last-window gaps, their mean and standard error.
 
-    The acceptance rule (issue 8): the last window beats the first on every seed, or the mean
+    The acceptance rule of the experiment: the last window beats the first on every seed, or the mean
     gap exceeds 2 standard errors (SE = sample std / sqrt(n), n ≥ 2).
 
     Returns:

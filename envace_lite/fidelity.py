@@ -1,4 +1,5 @@
-"""The rehearsal fidelity audit (our addition; DESIGN §2): does ô_t agree with the real o_t?
+"""The rehearsal fidelity audit (docs/design.md, "Our additions beyond the paper"): does ô_t agree
+with the real o_t?
 
 The paper never measures how often REHEARSE's observations match what the real environment
 returns. Here, for held-out (test-split) pairs (h_t, a_t):
@@ -12,7 +13,7 @@ returns. Here, for held-out (test-split) pairs (h_t, a_t):
    conversation up to and including the ACT reply that holds a_t, as REHEARSE reads it.
    Terminal pseudo-tools (telecom ``done``) are never rehearsed, so they make no pair.
 2. **Rehearse.** The policy writes ô_t with the REHEARSE prompt and grounding ``<unavailable>``
-   (DESIGN §8), all pairs in one batch, with the eval decoding.
+   (docs/design.md, "Grounding"), all pairs in one batch, with the eval decoding.
 3. **Metrics** (``pair_metrics``, ``aggregate``):
    - exact match: equal JSON values when both parse as JSON, else equal stripped text;
    - JSON field precision and recall: both sides flattened to leaf fields (``fields``), a field

@@ -1,18 +1,20 @@
-"""Generation behind one protocol: HF ``generate``, and a scripted fake (DESIGN §8 "Generation").
+"""Generation behind one protocol: HF ``generate``, and a scripted fake (docs/design.md, "Generation
+and history").
 
 Prompts and completions are token ids. The ACT history is an append-only list of ids (the sampled
 ids verbatim plus template glue), so nothing here re-tokenizes model output: ``Completion.ids`` are
 exactly the sampled ids, without padding and without the stop token, and ``Completion.text`` is
 derived from them.
 
-Batching matters about 8x on CPU (DESIGN §5), so ``HFGenerator`` takes the whole turn's prompts
-at once, left-pads them and calls ``model.generate`` once per ``batch_size`` chunk.
+Batching matters about 8x on CPU (docs/design.md, "Machine facts"), so ``HFGenerator`` takes the
+whole turn's prompts at once, left-pads them and calls ``model.generate`` once per ``batch_size``
+chunk.
 
 Prompts share long prefixes: every trajectory of a suite starts with the same system prompt and
 tool schemas, and a trajectory's next ACT prompt extends its last one (the history is
 append-only). ``PrefixCache`` keeps the key/value cache of recent prompts and ``HFGenerator``
 prefills only the part of a prompt that no cached prompt shares, like vLLM's automatic prefix
-caching (issue 7: on the laptop benchmark it skips most of the prefill).
+caching (on the laptop rollout benchmark it skips most of the prefill: ``benchmarks/README.md``).
 
 Usage::
 
@@ -206,7 +208,7 @@ class PrefixCache:
 
     Attributes:
         reused_tokens, prefilled_tokens: prompt ids served from the cache and ids prefilled,
-            over the cache's life (the figures of issue 7's benchmark).
+            over the cache's life (the figures of ``benchmarks/rollout_throughput.py``).
     """
 
     def __init__(self, max_tokens: int = 32768) -> None:
@@ -390,7 +392,7 @@ class HFGenerator:
         The batch cache is a ``StaticCache`` of ``width + max_new_tokens`` positions, written in
         place: a ``DynamicCache`` concatenates, copying all rows' keys and values at every decode
         step, which made a 16-row decode step on 1,500-id prompts about 1.6x slower on CPU
-        (issue 7, ``benchmarks/README.md``).
+        (``benchmarks/README.md``).
 
         Returns:
             A ``StaticCache`` of batch ``len(prompts)``, or None when a prompt has one id.

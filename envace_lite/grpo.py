@@ -1,11 +1,13 @@
-"""Role-wise GRPO (paper §2.2): advantages per (task, role), and a TRL GRPOTrainer that trains rows.
+"""Role-wise GRPO (paper §2.2) on TRL: the GRPOTrainer that trains packed rows (``rows.py``).
 
 One policy plays ACT and REHEARSE. Every output y_{i,m} of trajectory i (an ACT turn or a REHEARSE
 call) gets its trajectory's reward R_i (after the per-output empty penalty), and its advantage is
-R_i minus the mean reward of the outputs of the *same role* for the *same task*
-(``rolewise_advantages``). Both roles then update one set of weights (``mode="shared"``).
+R_i minus the mean reward of the outputs of the *same role* for the *same task*. Both roles then
+update one set of weights (``mode="shared"``). The objective itself, as tensors
+(``flatten_outputs``, ``rolewise_advantages``, ``loss_weights``, ``rolewise_grpo_loss``), is
+``envace_lite/advantages.py``; this module is how TRL computes it on padded rows.
 
-How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md):
+How the trainer realises it in trl 1.16 (docs/design.md, "TRL integration"):
 
 * ``_generate_and_score_completions`` is overridden. It runs the world-rehearsal rollout on the
   batch's tasks, scores it, and emits **rows**: one packed ACT row per trajectory (the whole caller
@@ -18,8 +20,8 @@ How the trainer realises it in trl 1.16 (DESIGN §4; notes/trl_1.16_rolewise.md)
   the ``dapo`` loss is the plain token mean. ``output_mean`` (default) uses T/(M·L_o) for a token of
   output o (T trained tokens in the step, M trained outputs, L_o the output's length); under ``dapo``
   (÷T) the loss becomes the mean over outputs of each output's token mean. This is the same scaling
-  as DESIGN §1's advantage scaling, but it also applies to the KL term, so the whole per-token loss
-  is averaged per output exactly (GRPO's 1/G Σ 1/|o| Σ_t form).
+  as scaling each output's advantage by T/(M·L_o), but it also applies to the KL term, so the whole
+  per-token loss is averaged per output exactly (GRPO's 1/G Σ 1/|o| Σ_t form).
 * One optimizer step per generation batch (``num_iterations=1``, ``steps_per_generation`` = gradient
   accumulation), so the importance ratio is exactly 1: no old log-probs are computed, and TRL uses
   ``per_token_logps.detach()`` in their place.
@@ -43,9 +45,8 @@ import contextlib
 import copy
 import math
 import time
-from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,290 +55,21 @@ from safetensors.torch import load_file, save_file
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
+from envace_lite.advantages import (
+    flatten_outputs,
+    loss_weights,
+    output_trajectories,
+    rolewise_advantages,
+    trajectory_advantages,
+)
 from envace_lite.config import Config
-from envace_lite.rollout import Trajectory
-from envace_lite.types import ROLES
+from envace_lite.rows import Rows, build_rows, collate_rows, length_buckets, output_lengths
+from envace_lite.types import ROLES, Trajectory
 
 MODES = ("shared", "per_role", "act_only", "act_only_real")
 ROLLOUT_MODE = {"shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
                 "act_only_real": "real"}
 """The rollout engine's mode for each training mode."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Role-wise advantages (paper §2.2)
-# ---------------------------------------------------------------------------------------------
-def rolewise_advantages(rewards: torch.Tensor | Sequence[float], task_ids: Sequence[Hashable],
-                        roles: Sequence[str], valid: torch.Tensor | Sequence[bool] | None = None, *,
-                        singleton: str = "self", scale_std: bool = False,
-                        eps: float = 1e-6) -> torch.Tensor:
-    """A_{i,m} = R_i − μ_{x,r}: role-wise GRPO advantages, one per output (paper §2.2).
-
-    The group G_{x,r} holds every valid output of role r for task x, across the task's K
-    trajectories; μ_{x,r} is the mean reward over those *outputs* (not trajectories), so a longer
-    trajectory weighs more. Mean-only by default, as in the paper's equations.
-
-    ==========  =========  =====================================================================
-    argument    shape      meaning
-    ==========  =========  =====================================================================
-    rewards     (N,)       the output's reward: its trajectory's R_i after any per-output penalty
-    task_ids    N          hashable task keys x
-    roles       N          ``"act"`` or ``"rehearse"``
-    valid       (N,) bool  False: padding or a masked judge failure; A = 0, not in any mean
-    returns     (N,)       A, float, same dtype as ``rewards`` (float32 for lists)
-    ==========  =========  =====================================================================
-
-    Args:
-        singleton: a group with one valid output. ``"self"``: μ = R, so A = 0 (the paper's formula,
-            the default). ``"none"``: no baseline, A = R (the reference code).
-        scale_std: divide each group's centred rewards by the group's std (unbiased, as TRL and
-            verl compute it) + ``eps``. Off by default (paper: mean-only).
-        eps: added to the std when ``scale_std``.
-
-    Raises:
-        ValueError: on mismatched lengths, an unknown role or an unknown ``singleton``.
-    """
-    r = torch.as_tensor(rewards)
-    r = r.float() if not torch.is_floating_point(r) else r
-    n = r.shape[0]
-    v = torch.ones(n, dtype=torch.bool) if valid is None else torch.as_tensor(valid, dtype=torch.bool)
-    if len(task_ids) != n or len(roles) != n or v.shape[0] != n:
-        raise ValueError(f"rewards ({n}), task_ids ({len(task_ids)}), roles ({len(roles)}) and "
-                         f"valid ({v.shape[0]}) must have one entry per output")
-    if singleton not in ("self", "none"):
-        raise ValueError(f"singleton={singleton!r}: use 'self' (paper, A=0) or 'none' (A=R)")
-    groups: dict[tuple[Hashable, str], list[int]] = defaultdict(list)
-    for i, (task, role) in enumerate(zip(task_ids, roles)):
-        if role not in ROLES:
-            raise ValueError(f"roles[{i}]={role!r}: expected one of {ROLES}")
-        if v[i]:
-            groups[(task, role)].append(i)
-    adv = torch.zeros_like(r)
-    for idx in groups.values():
-        g = r[idx]
-        if len(idx) == 1:
-            adv[idx] = 0.0 if singleton == "self" else g
-            continue
-        centred = g - g.mean()
-        adv[idx] = centred / (g.std() + eps) if scale_std else centred
-    return adv
-
-
-def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
-                    ) -> tuple[torch.Tensor, list[tuple[str, str]], list[str], torch.Tensor]:
-    """One entry per output, in trajectory order then generation order.
-
-    Args:
-        trajs: scored trajectories (``reward`` set by ``rewards.score_trajectories``).
-        penalty: ``cfg.grpo.empty_output_penalty``; an empty output gets R_i − |penalty|
-            (``rewards.output_rewards``), applied before the baseline.
-
-    Returns:
-        ``(rewards (N,), task_ids N × (suite, id), roles N, valid (N,) bool)``. ``valid`` is
-        ``rewards.output_valid``: False for every output of a judge-failed trajectory (reward 0
-        placeholder) and for REHEARSE outputs of the frozen simulator.
-    """
-    from envace_lite.rewards import output_rewards, output_valid
-
-    rewards, task_ids, roles, valid = [], [], [], []
-    for traj in trajs:
-        rewards += output_rewards(traj, penalty)
-        valid += output_valid(traj)
-        task_ids += [(traj.task.suite, traj.task.id)] * len(traj.outputs)
-        roles += [o.role for o in traj.outputs]
-    return (torch.tensor(rewards, dtype=torch.float32), task_ids, roles,
-            torch.tensor(valid, dtype=torch.bool))
-
-
-# ---------------------------------------------------------------------------------------------
-# Rows: packed ACT transcripts and REHEARSE calls
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Rows:
-    """Unpadded training rows. ``owner[b][t]`` is the flat output index (``flatten_outputs``
-    order) of completion token t of row b, or -1 for a token kept only as context."""
-
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    completion_ids: list[list[int]] = field(default_factory=list)
-    owner: list[list[int]] = field(default_factory=list)
-    role: list[int] = field(default_factory=list)
-    """0 for ACT rows, 1 for REHEARSE rows (``ROLES`` index)."""
-
-    def add(self, prompt: list[int], completion: list[int], owner: list[int], role: str) -> None:
-        self.prompt_ids.append(list(prompt))
-        self.completion_ids.append(list(completion))
-        self.owner.append(owner)
-        self.role.append(ROLES.index(role))
-
-    def trained_only(self, trained: torch.Tensor) -> Rows:
-        """The rows that own at least one trained output (a masked trajectory costs nothing)."""
-        keep = [b for b, owner in enumerate(self.owner) if any(k >= 0 and trained[k] for k in owner)]
-        return Rows([self.prompt_ids[b] for b in keep], [self.completion_ids[b] for b in keep],
-                    [self.owner[b] for b in keep], [self.role[b] for b in keep])
-
-
-def build_rows(trajs: Sequence[Trajectory], layout: str = "packed",
-               roles: Sequence[str] = ROLES) -> Rows:
-    """Rows for the roles in ``roles``.
-
-    ``packed``: one ACT row per trajectory, prompt ``act_ids[:act_prompt_len]``, completion the rest
-    of the transcript, each ACT-sampled token owned by its output; plus one row per REHEARSE output.
-    ``per_output``: one row per output, prompt ``Output.prompt_ids`` (the reference layout, which
-    re-encodes the history once per turn).
-
-    Raises:
-        ValueError: the packed transcript does not hold every ACT output verbatim, in order.
-    """
-    if layout not in ("packed", "per_output"):
-        raise ValueError(f"layout={layout!r}: use 'packed' or 'per_output'")
-    rows, base = Rows(), 0
-    for i, traj in enumerate(trajs):
-        flat = list(range(base, base + len(traj.outputs)))
-        base += len(traj.outputs)
-        acts = [(k, o) for k, o in zip(flat, traj.outputs) if o.role == "act"]
-        if "act" in roles and layout == "packed" and acts:
-            start = traj.act_prompt_len
-            completion, owner = traj.act_ids[start:], [-1] * (len(traj.act_ids) - start)
-            for (k, out), (lo, hi) in zip(acts, _act_spans(traj, i), strict=True):
-                if traj.act_ids[lo:hi] != out.ids or not all(traj.act_mask[lo:hi]):
-                    raise ValueError(f"trajectory {i} ({traj.task.id}): ACT output {k} is not "
-                                     "verbatim (and masked 1) in act_ids at its span")
-                owner[lo - start:hi - start] = [k] * (hi - lo)
-            if sum(m for m in traj.act_mask[start:]) != sum(len(o.ids) for _, o in acts):
-                raise ValueError(f"trajectory {i} ({traj.task.id}): act_mask marks tokens that "
-                                 "no ACT output owns")
-            rows.add(traj.act_ids[:start], completion, owner, "act")
-        for k, out in zip(flat, traj.outputs):
-            packed_act = out.role == "act" and layout == "packed"
-            if out.role in roles and not packed_act and out.ids:
-                rows.add(out.prompt_ids, out.ids, [k] * len(out.ids), out.role)
-    return rows
-
-
-def _act_spans(traj: Trajectory, i: int) -> list[tuple[int, int]]:
-    """Each ACT output's ``[start, end)`` in ``act_ids``: ``traj.act_spans``, or found by walking
-    ``act_mask`` when a hand-made trajectory leaves it empty."""
-    acts = [o for o in traj.outputs if o.role == "act"]
-    if traj.act_spans:
-        return list(traj.act_spans)
-    spans, j = [], traj.act_prompt_len
-    for out in acts:
-        while j < len(traj.act_mask) and not traj.act_mask[j]:
-            j += 1
-        spans.append((j, j + len(out.ids)))
-        j += len(out.ids)
-    if j > len(traj.act_ids):
-        raise ValueError(f"trajectory {i} ({traj.task.id}): act_ids ends inside an ACT output")
-    return spans
-
-
-def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
-                   slack: float = 0.25) -> list[list[int]]:
-    """Group rows into forwards that waste little padding.
-
-    A bucket's width is its longest prompt plus its longest completion (prompts are left-padded
-    and completions right-padded around one boundary), so it encodes ``rows × width`` tokens.
-    Rows are sorted by real length (prompt + completion) and added greedily while the bucket's
-    encoded tokens stay within ``(1 + slack)`` × its real tokens.
-
-    Args:
-        prompt_lens, completion_lens: (B,) real tokens per row.
-        slack: padding allowed on top of the real tokens, as a share.
-
-    Returns:
-        Row indices per bucket, each bucket in ascending length; every row exactly once.
-    """
-    order = sorted(range(len(prompt_lens)),
-                   key=lambda i: (prompt_lens[i] + completion_lens[i], prompt_lens[i], i))
-    buckets: list[list[int]] = []
-    rows: list[int] = []
-    mp = mc = real = 0
-    for i in order:
-        p, c = int(prompt_lens[i]), int(completion_lens[i])
-        wp, wc = max(mp, p), max(mc, c)
-        if rows and (len(rows) + 1) * (wp + wc) > (1 + slack) * (real + p + c):
-            buckets.append(rows)
-            rows, real, wp, wc = [], 0, p, c
-        rows.append(i)
-        mp, mc, real = wp, wc, real + p + c
-    if rows:
-        buckets.append(rows)
-    return buckets
-
-
-def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
-    """Trained tokens per output, shape (N,) long."""
-    lengths = torch.zeros(n_outputs, dtype=torch.long)
-    for owner in rows.owner:
-        for k in owner:
-            if k >= 0:
-                lengths[k] += 1
-    return lengths
-
-
-def loss_weights(lengths: torch.Tensor, trained: torch.Tensor, aggregation: str,
-                 total_tokens: float | None = None, total_outputs: float | None = None
-                 ) -> torch.Tensor:
-    """Per-output token weight w_o, shape (N,): the loss is Σ_tokens w·ℓ / T under ``dapo``.
-
-    ``token_mean``: w = 1 for trained outputs (plain dapo). ``output_mean``: w = T/(M·L_o), so
-    Σ_t w·ℓ / T = (1/M) Σ_o mean_{t∈o} ℓ. Untrained or empty outputs get 0.
-
-    Args:
-        lengths: (N,) trained tokens per output.
-        trained: (N,) bool, the outputs that enter the loss.
-        aggregation: ``output_mean`` or ``token_mean``.
-        total_tokens, total_outputs: T and M across all ranks (default: local sums).
-    """
-    live = trained & (lengths > 0)
-    if aggregation == "token_mean":
-        return live.float()
-    if aggregation != "output_mean":
-        raise ValueError(f"aggregation={aggregation!r}: use 'output_mean' or 'token_mean'")
-    t = float(lengths[live].sum()) if total_tokens is None else float(total_tokens)
-    m = float(live.sum()) if total_outputs is None else float(total_outputs)
-    w = torch.zeros(lengths.shape[0], dtype=torch.float32)
-    w[live] = t / (m * lengths[live].float())
-    return w
-
-
-def collate_rows(rows: Rows, advantages: torch.Tensor, weights: torch.Tensor, pad_id: int,
-                 n_rows: int | None = None) -> dict[str, torch.Tensor]:
-    """Pad rows into TRL's batch tensors; append zero-weight padding rows up to ``n_rows``.
-
-    ==================  ======  ======================================================
-    key                 shape   meaning
-    ==================  ======  ======================================================
-    prompt_ids/_mask    (B, P)  left-padded prompts
-    completion_ids      (B, C)  right-padded completions
-    completion_mask     (B, C)  1 on real tokens (attention)
-    advantages          (B, C)  the owning output's advantage, 0 elsewhere
-    tool_mask           (B, C)  loss weight w_o of the owning output, 0 elsewhere
-    row_role            (B,)    0 ACT, 1 REHEARSE, -1 padding
-    ==================  ======  ======================================================
-
-    A padding row is one pad token of prompt and one of completion, attended (a fully masked row
-    would give NaN log-probs, and 0·NaN is NaN) with weight 0.
-    """
-    n_pad = max(0, (n_rows or 0) - len(rows.role))
-    prompts = [torch.tensor(p) for p in rows.prompt_ids] + [torch.tensor([pad_id])] * n_pad
-    comps = [torch.tensor(c) for c in rows.completion_ids] + [torch.tensor([pad_id])] * n_pad
-    owners = [torch.tensor(o, dtype=torch.long) for o in rows.owner]
-    owners += [torch.tensor([-1])] * n_pad
-    owner = pad(owners, padding_value=-1, padding_side="right")
-    a_ext = torch.cat([advantages.float(), torch.zeros(1)])  # index -1 → 0
-    w_ext = torch.cat([weights.float(), torch.zeros(1)])
-    return {
-        "prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left"),
-        "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0,
-                           padding_side="left"),
-        "completion_ids": pad(comps, padding_value=pad_id, padding_side="right"),
-        "completion_mask": pad([torch.ones_like(c) for c in comps], padding_value=0,
-                               padding_side="right"),
-        "advantages": a_ext[owner],
-        "tool_mask": w_ext[owner],
-        "row_role": torch.tensor(rows.role + [-1] * n_pad, dtype=torch.long),
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +134,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         tasks: the training tasks; the dataset rows are their indices, repeated K times by TRL's
             ``RepeatSampler``.
         cfg: the run config (``grpo``, ``rollout`` and ``run`` groups are read).
-        args: a ``trl.GRPOConfig`` (``train.grpo_args`` builds the one DESIGN §4 prescribes).
+        args: a ``trl.GRPOConfig`` (``train.grpo_args`` builds the one of docs/design.md,
+            "TRL integration").
         generator: replaces every policy-driven generator (e.g. a ``ScriptedGenerator`` in tests).
         rollout_fn: ``(tasks, k, step) -> scored trajectories`` replacing rollout and scoring.
         callbacks: extra ``TrainerCallback`` s.
@@ -509,9 +242,12 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         if self.mode == "per_role":
             return RoleRoutedGenerator({"act": policy, "rehearse": hf(self.rehearse_model)}), None
         if self.mode == "act_only":
-            frozen = (hf(self.frozen_model) if self.frozen_model is not None
-                      else _InContext(policy, self._frozen_context))
-            return policy, frozen
+            if self.frozen_model is not None:
+                return policy, hf(self.frozen_model)
+            # LoRA: the adapter switched off; on HF generation unless the policy's backend is HF
+            # (config.finalize refuses a vLLM backend here unless frozen_simulator_backend='hf')
+            sampler = hf(self.model) if self.cfg.grpo.frozen_simulator_backend == "hf" else policy
+            return policy, _InContext(sampler, self._frozen_context)
         return policy, None
 
     def _generation_weights(self) -> Any:
@@ -562,8 +298,12 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         rewards, task_ids, roles, valid = flatten_outputs(trajs, g.empty_output_penalty)
         role_ix = torch.tensor([ROLES.index(r) for r in roles], dtype=torch.long)
         trained = valid & torch.tensor([r in self.trained_roles for r in roles], dtype=torch.bool)
-        adv = rolewise_advantages(rewards, task_ids, roles, trained,
-                                  singleton=g.singleton_baseline, scale_std=g.scale_std)
+        if self.mode.startswith("act_only") and g.act_only_baseline == "trajectories":
+            adv = trajectory_advantages(rewards, *output_trajectories(trajs), task_ids, trained,
+                                        singleton=g.singleton_baseline, scale_std=g.scale_std)
+        else:
+            adv = rolewise_advantages(rewards, task_ids, roles, trained,
+                                      singleton=g.singleton_baseline, scale_std=g.scale_std)
         rows = build_rows(trajs, "packed", self.trained_roles).trained_only(trained)
         lengths = output_lengths(rows, len(roles))
 

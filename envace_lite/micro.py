@@ -1,7 +1,7 @@
 """The ``micro`` profile's policy: a from-scratch Qwen3 on a BPE vocabulary trained offline.
 
-A model of a few million parameters learns the ACT/REHEARSE formats in minutes on 2 CPU cores
-(DESIGN §5), which makes every mechanism of the course visible on a laptop. Nothing is faked: the
+A model of a few million parameters learns the ACT/REHEARSE formats in minutes on 2 CPU cores,
+which makes every mechanism of the course visible on a laptop. Nothing is faked: the
 tokenizer is trained on the real warm-start transcripts (``transcript_texts`` of the SFT share
 of the train split, never on test tasks), and the model is a real ``Qwen3ForCausalLM``.
 
@@ -11,41 +11,9 @@ that merges may cross spaces and punctuation; three special tokens ``<|endoftext
 ``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
 fingerprint of (recipe, vocabulary size, corpus).
 
-Vocabulary size, measured with ``measure_vocab`` (first on bfcl-base, 2 user turns, compact rendering;
-tokenizer trained on the SFT half, 71 tasks; mean (max) tokens per row, on the SFT half and on the
-RL half that the tokenizer never saw; training seconds on 2 busy cores)::
-
-    split       vocab  SFT ACT     SFT REHEARSE  RL ACT      RL REHEARSE  seconds
-    gpt2-regex   1024  1889 (2773) 2199 (3027)   1817 (2663) 2128 (2946)   1.4
-    gpt2-regex   2048  1564 (2267) 1900 (2523)   1517 (2217) 1862 (2564)   1.4
-    gpt2-regex   4096  1506 (2154) 1836 (2436)   1478 (2129) 1813 (2455)   1.5
-    gpt2-regex   4632* 1500 (2154) 1833 (2435)   1474 (2114) 1808 (2448)   1.7
-    none         1024  1150 (1740) 1323 (1844)   1112 (1645) 1285 (1917)  21.9
-    none         2048   753 (1144)  616 (1108)    741 (1134)  606 (1139)  20.1
-    none         4096   260 (463)   266 (582)     273 (504)   290 (710)   23.6
-    none         8192   167 (285)   121 (299)     224 (405)   205 (581)   28.1
-
-    * asked for 8192: a word-split corpus of this size has no more pairs seen twice.
-    tau2-telecom (40 SFT tasks, 1 user turn), none: 1024 -> RL ACT 1552 / REHEARSE 1616;
-    4096 -> 115 / 52 (its 44-tool prompt is identical in every task).
-
-Without a word split, merges cross spaces, so the fixed instructions and tool lines become a few
-long tokens: the compact rendering itself fits about 512 tokens, and no micro-specific rendering
-is needed. 4,096 is the default: held-out rows are as short as corpus rows (273 vs 260 on BFCL),
-while at 8,192 corpus rows shrink much more than held-out ones (167 vs 224: the extra merges
-memorise the corpus), for a doubled embedding (1.0M → 2.1M).
-
-Suite: tau2-telecom, first user turn, chosen by measurement (2 cores shared with other jobs).
-BFCL base was tried first (53 % of its gold argument values appear in the user's text, vs 15 %
-for telecom); at about 1M trained tokens its SFT loss stayed at 1.6 (token accuracy 0.62, 55 %
-of held-out first turns parseable, 0 % with an existing tool), and 12 GRPO groups × K=4 of those
-policies, on SFT and on RL tasks, at temperature 1.0 and 0.7, scored 0 everywhere: no signal.
-Telecom, with its tokenizer (74 train tasks, 428 rows, 112 ACT / 123 REHEARSE tokens on
-average), reached SFT loss 0.15 in 10 epochs (1,070 steps, 1,004 s with tokenizer training);
-held-out first turns went from 0 % to 100 % parseable with an existing tool and valid arguments,
-90 % with the gold first tool; and 12 tasks × K=4 at temperature 1.0 scored mean 0.25, 11 of 12
-groups with unequal rewards. Its checklists hold argument-free calls (``reboot_device``,
-``toggle_airplane_mode``, ...), so partly right trajectories score above 0.
+The vocabulary size (4,096, no word split) and the suite (tau2-telecom, first user turn) were
+chosen by measurement; the measurements and the reasons are in docs/design.md, "The micro
+profile: measured choices".
 
 Model (``micro_model``): ``Qwen3ForCausalLM`` with ``model.hidden_size`` 256, 4 layers, 4 heads
 (2 key/value heads), MLP 768, tied embeddings: 4.2M parameters at a 4,096 vocabulary. The same
@@ -66,7 +34,7 @@ from typing import Any
 import torch
 
 from envace_lite.config import Config
-from envace_lite.paths import cache_dir
+from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -95,8 +63,8 @@ def chatml_text(messages: list[dict[str, str]], gen: bool) -> str:
 
 
 def transcript_texts(ts: Any) -> list[str]:
-    """Every transcript of an ``sft.TranscriptSet`` as ChatML text, in the order
-    ``sft.encode_act``/``encode_rehearse`` pack it (the tokenizer corpus)."""
+    """Every transcript of an ``transcripts.TranscriptSet`` as ChatML text, in the order
+    ``transcripts.encode_act``/``encode_rehearse`` pack it (the tokenizer corpus)."""
     texts = []
     for tr in ts.act:
         parts = [chatml_text(tr.prompt, True)]
@@ -155,7 +123,7 @@ def micro_corpus(cfg: Config) -> list[str]:
     The grounding draw uses seed 0 whatever ``run.seed`` is, so every seed of a profile shares
     one tokenizer.
     """
-    from envace_lite.sft import build_transcripts, training_tasks
+    from envace_lite.transcripts import build_transcripts, training_tasks
 
     texts = transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
     if cfg.model.pretrain:  # the pretraining documents shape the vocabulary too
@@ -172,7 +140,6 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
     """
     from transformers import PreTrainedTokenizerFast
 
-    from envace_lite.models import _cached, _write_cache
 
     texts = micro_corpus(cfg)
     key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else [])
@@ -180,10 +147,10 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
     for t in texts:
         h.update(t.encode())
     target = cache_dir("tokenizers") / f"micro-{h.hexdigest()[:12]}"
-    if rebuild or not _cached(target, _RECIPE):
+    if rebuild or not is_cached(target, _RECIPE):
         start = time.perf_counter()
         tok = train_bpe(texts, cfg.model.vocab_size, split_digits=cfg.model.split_digits)
-        _write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
+        write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
         log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
                  len(tok), len(texts), time.perf_counter() - start, target)
     tok = PreTrainedTokenizerFast.from_pretrained(target)
@@ -230,42 +197,6 @@ def micro_policy(cfg: Config) -> tuple[Any, Any]:
     if cfg.model.pretrain:
         return pretrained_base(cfg, tok), tok
     return micro_model(cfg, tok), tok
-
-
-# ---------------------------------------------------------------------------------------------
-# Measurement: vocabulary size vs row length
-# ---------------------------------------------------------------------------------------------
-def measure_vocab(cfg: Config, sizes: tuple[int, ...] = (1024, 2048, 4096, 8192),
-                  split_words: tuple[bool, ...] = (True, False)) -> list[dict[str, Any]]:
-    """Mean tokens per ACT and REHEARSE row for each vocabulary size and split rule.
-
-    The tokenizer is trained on the SFT half's transcripts (as ``micro_tokenizer`` does) and
-    measured on them (``sft_*``) and on the RL half (``rl_*``), which it never saw: a vocabulary
-    that memorises its corpus looks short only on the first. Rows are encoded exactly as SFT and
-    rollouts encode them (``sft.encode_act`` / ``encode_rehearse``). Returns one dict per
-    (split, size).
-    """
-    from envace_lite.sft import build_transcripts, encode_act, encode_rehearse, training_tasks
-
-    sets = {p: build_transcripts(training_tasks(cfg, p), cfg) for p in ("sft", "rl")}
-    texts = transcript_texts(sets["sft"])
-    table = []
-    for split in split_words:
-        for size in sizes:
-            start = time.perf_counter()
-            tok = train_bpe(texts, size, split_words=split)
-            row: dict[str, Any] = {"split": "gpt2-regex" if split else "none", "vocab": len(tok),
-                                   "train_seconds": round(time.perf_counter() - start, 2)}
-            for part, ts in sets.items():
-                act = [len(encode_act(a, tok)[0]) for a in ts.act]
-                reh = [len(encode_rehearse(r, tok)[0]) for r in ts.rehearse]
-                row.update({f"{part}_act_mean": round(sum(act) / len(act)),
-                            f"{part}_act_max": max(act),
-                            f"{part}_rehearse_mean": round(sum(reh) / len(reh)),
-                            f"{part}_rehearse_max": max(reh)})
-            table.append(row)
-    return table
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +250,6 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
 
     from transformers import Qwen3ForCausalLM
 
-    from envace_lite.models import _cached, _write_cache
 
     m = cfg.model
     docs = pretrain_corpus(m.pretrain)
@@ -331,7 +261,7 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
     for d in docs:
         h.update(d.encode())
     target = cache_dir("pretrained") / f"micro-{m.pretrain}-{h.hexdigest()[:12]}"
-    if _cached(target, _PRETRAIN_RECIPE):
+    if is_cached(target, _PRETRAIN_RECIPE):
         return Qwen3ForCausalLM.from_pretrained(target).eval()
     start = time.perf_counter()
     seeded = copy_config(cfg, seed=m.pretrain_seed)
@@ -369,7 +299,7 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
         if step % 50 == 0:
             log.info("pretrain %s step %d/%d loss %.3f", m.pretrain, step, steps, losses[-1])
     model.eval()
-    _write_cache(target, _PRETRAIN_RECIPE, model.save_pretrained)
+    write_cache(target, _PRETRAIN_RECIPE, model.save_pretrained)
     log.info("pretrained the micro base on %s: %d docs, %d blocks of %d, %d steps, loss %.2f -> "
              "%.2f, %.0f s; cached at %s", m.pretrain, len(docs), len(blocks), block, steps,
              losses[0], sum(losses[-20:]) / len(losses[-20:]), time.perf_counter() - start, target)
@@ -385,6 +315,6 @@ def copy_config(cfg: Config, seed: int) -> Config:
     return c
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "copy_config", "measure_vocab",
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "copy_config",
            "micro_corpus", "micro_model", "micro_policy", "micro_tokenizer", "pretrain_corpus",
            "pretrained_base", "train_bpe", "transcript_texts"]

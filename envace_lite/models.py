@@ -1,4 +1,4 @@
-"""Loading a policy (model + tokenizer) for a profile (DESIGN §3, §5, §8 "Profiles").
+"""Loading a policy (model + tokenizer) for a profile (docs/design.md, "Machine facts").
 
 Four kinds of base model, chosen by ``ModelConfig.kind``:
 
@@ -25,19 +25,15 @@ Usage::
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from envace_lite.config import OFFLINE_PROFILES, Config, ModelConfig, get_config
-from envace_lite.paths import cache_dir
+from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -69,36 +65,11 @@ _TOKENIZER_BUILD = 1
 """Bump to invalidate cached Qwen3 tokenizers written by an older build recipe."""
 _SMOLLM2_BUILD = 1
 """Bump to invalidate cached SmolLM2 HF folders."""
-_STAMP = "envace_build.json"
 
 
 # ---------------------------------------------------------------------------------------------
-# Cache folders: written to a temporary sibling, stamped, then renamed into place
+# Installed packages
 # ---------------------------------------------------------------------------------------------
-def _cached(target: Path, build: int) -> bool:
-    stamp = target / _STAMP
-    return stamp.exists() and json.loads(stamp.read_text()).get("build") == build
-
-
-def _write_cache(target: Path, build: int, write: Callable[[Path], None],
-                 replace: bool = False) -> None:
-    """Run ``write(tmp)`` and move ``tmp`` to ``target`` atomically (safe for parallel tests)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a vLLM server may run as another user
-    try:
-        write(tmp)
-        (tmp / _STAMP).write_text(json.dumps({"build": build, "written": time.time()}))
-        if target.exists() and (replace or not _cached(target, build)):
-            shutil.rmtree(target, ignore_errors=True)  # stale, half-written or rebuilt
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another process won the race; its folder is as good as ours
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _package_dir(name: str, pip_hint: str) -> Path:
     """Folder of an installed package, found without importing it."""
     spec = importlib.util.find_spec(name)
@@ -165,10 +136,10 @@ def qwen3_tokenizer(rebuild: bool = False) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     target = cache_dir("tokenizers") / "qwen3"
-    if rebuild or not _cached(target, _TOKENIZER_BUILD):
+    if rebuild or not is_cached(target, _TOKENIZER_BUILD):
         start = time.perf_counter()
         tok = _build_qwen3_tokenizer()
-        _write_cache(target, _TOKENIZER_BUILD, tok.save_pretrained, replace=rebuild)
+        write_cache(target, _TOKENIZER_BUILD, tok.save_pretrained, replace=rebuild)
         log.info("built the Qwen3 tokenizer in %.1f s (cached at %s)",
                  time.perf_counter() - start, target)
     else:
@@ -245,11 +216,11 @@ def smollm2_hf_dir() -> Path:
     """A plain HF folder of SmolLM2-135M-Instruct (fp32), written from the GGUF on first use.
 
     The GGUF-loaded model cannot be saved directly; a fresh model is built from its config (without
-    ``quantization_config``), given its state dict and saved (DESIGN §5). vLLM can serve this
-    folder. First call: about 25 s; then a no-op.
+    ``quantization_config``), given its state dict and saved (docs/design.md, "Machine facts"). vLLM
+    can serve this folder. First call: about 25 s; then a no-op.
     """
     target = cache_dir("models") / "smollm2-135m"
-    if _cached(target, _SMOLLM2_BUILD):
+    if is_cached(target, _SMOLLM2_BUILD):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -270,7 +241,7 @@ def smollm2_hf_dir() -> Path:
         fresh.save_pretrained(folder)
         tok.save_pretrained(folder)
 
-    _write_cache(target, _SMOLLM2_BUILD, write)
+    write_cache(target, _SMOLLM2_BUILD, write)
     log.info("cached SmolLM2 as an HF folder at %s (%.1f s in all)", target,
              time.perf_counter() - start)
     return target

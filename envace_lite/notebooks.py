@@ -1,7 +1,8 @@
 """The notebook course, headless: run every notebook in order into one series run dir.
 
 ``run_series`` executes ``notebooks/NN_topic.ipynb`` in order with papermill (kernel ``python3``,
-a per-cell timeout and a wall-clock bound per notebook) into ONE series run dir (DESIGN §8)::
+a per-cell timeout and a wall-clock bound per notebook) into ONE series run dir (docs/design.md,
+"Profiles and runs")::
 
     runs/notebooks/<profile>__s<seed>__<time>/
         index.html                      links every executed notebook, its HTML export, figures

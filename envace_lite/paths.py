@@ -1,4 +1,4 @@
-"""Where files go: caches, derived data and run dirs (STYLE rule 8).
+"""Where files go: caches, derived data and run dirs; cache stamps; JSONL reading.
 
 Environment variables move each root: ``ENVACE_CACHE`` (default ``~/.cache/envace_lite``),
 ``ENVACE_RUNS`` (default ``runs`` under the current directory).
@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,8 @@ def cache_dir(*parts: str) -> Path:
 
 
 def new_run_dir(command: str, profile: str, seed: int, root: str | None = None) -> Path:
-    """Create ``runs/<command>/<profile>__s<seed>__<time>/`` and return it (DESIGN §8).
+    """Create ``runs/<command>/<profile>__s<seed>__<time>/`` and return it (docs/design.md,
+    "Profiles and runs").
 
     The root is ``ENVACE_RUNS`` when set, else ``root`` (the config's ``run.runs_root``), else
     ``runs`` under the current directory.
@@ -84,3 +88,43 @@ def read_jsonl(path: str | Path, repair: bool = False) -> list[Any]:
                     f.truncate(offset)
         offset += len(line) + 1
     return rows
+
+
+CACHE_STAMP = "envace_build.json"
+"""The file inside a cache folder that marks it complete and names its build number."""
+
+
+def is_cached(target: Path, build: int) -> bool:
+    """True when ``target`` is a complete cache folder of build ``build`` (its stamp says so)."""
+    stamp = target / CACHE_STAMP
+    return stamp.exists() and json.loads(stamp.read_text()).get("build") == build
+
+
+def write_cache(target: Path, build: int, write: Callable[[Path], None],
+                replace: bool = False) -> None:
+    """Fill a cache folder atomically: run ``write(tmp)``, stamp ``tmp``, move it to ``target``.
+
+    Safe for parallel tests and processes: the loser of a race keeps the winner's folder. A
+    stale or half-written ``target`` (no stamp, or another build) is replaced, and so is a
+    complete one when ``replace``.
+
+    Args:
+        target: the cache folder (e.g. ``cache_dir("tokenizers") / "qwen3"``).
+        build: the recipe's build number; bump it to invalidate old caches.
+        write: writes the folder's files into the path it is given.
+        replace: rebuild even when ``target`` is already complete.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a vLLM server may run as another user
+    try:
+        write(tmp)
+        (tmp / CACHE_STAMP).write_text(json.dumps({"build": build, "written": time.time()}))
+        if target.exists() and (replace or not is_cached(target, build)):
+            shutil.rmtree(target, ignore_errors=True)  # stale, half-written or rebuilt
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process won the race; its folder is as good as ours
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Figures: each function takes results (a path, rows or a report) and returns a Figure.
 
-Nothing here calls ``plt.show()`` or sets a backend (STYLE rules 6-7): figures are built with
+Nothing here calls ``plt.show()`` or sets a backend: figures are built with
 ``matplotlib.figure.Figure`` directly, so they work headless and display inline in notebooks.
 One style for every figure lives in ``STYLE``.
 

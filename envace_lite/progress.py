@@ -1,4 +1,4 @@
-"""One helper for progress bars and logging (STYLE rule 9).
+"""One helper for progress bars and logging.
 
 Bars wrap ``tqdm.auto`` with an explicit ``disable=`` (the ``TQDM_DISABLE`` variable does not reach
 notebook bars). Logging goes to stderr on rank 0 only; other ranks log warnings and worse.

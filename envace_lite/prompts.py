@@ -4,7 +4,8 @@
   tools rendered by the project in a Hermes-style block, then the call-format instructions
   (``act_system_prompt``, ``act_messages``); tool results come back as one user message of
   ``<tool_response>`` blocks (``tool_response_message``).
-- REHEARSE: its own prompt, rebuilt per call (paper §2.1; DESIGN §8): a validation-first system
+- REHEARSE: its own prompt, rebuilt per call (paper §2.1; docs/design.md, "Generation and
+  history"): a validation-first system
   instruction, then candidate tools, grounding (``<unavailable>`` at test time), the conversation
   so far and the current call, trimmed to a token budget (``rehearse_messages``).
 - Test-time rehearsal (paper §2.3; our design): FEEDBACK (an assessment plus a revision
@@ -37,7 +38,7 @@ CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 UNAVAILABLE = "<unavailable>"
-"""The grounding block at test time and when grounding is dropped (DESIGN §8 "Grounding")."""
+"""The grounding block at test time and when grounding is dropped (docs/design.md, "Grounding")."""
 
 MAX_OUTPUT_CHARS = 50_000
 """Outputs longer than this are not parsed (``ErrorCode.TOO_LONG``); generation caps keep real
@@ -92,7 +93,8 @@ returns JSON. If a reference call matches the current call, reuse its result.
 
 Write only the result, wrapped in <execution_result></execution_result> tags: no explanation, no \
 hints, no markdown."""
-"""REHEARSE's system instruction: validation first, then the result (DESIGN §1; notes §2.2)."""
+"""REHEARSE's system instruction: validation first, then the result (docs/design.md, "The reference
+code, and where we differ")."""
 
 REHEARSE_USER = """## Candidate tools
 <tools>
@@ -110,7 +112,8 @@ REHEARSE_USER = """## Candidate tools
 
 Validate the current call, then write its result inside <execution_result></execution_result> \
 tags."""
-"""REHEARSE's user message: the four sections of the reference prompt (notes §2.2 a, b, c, e)."""
+"""REHEARSE's user message: the four sections of the reference prompt (docs/design.md, "The
+reference code, and where we differ")."""
 
 OMITTED = "[... {n} {what} omitted ...]"
 """Marker left where REHEARSE trimming removed reference examples or history messages."""
@@ -366,7 +369,8 @@ def render_tools(tools: list[dict[str, Any]], rendering: str) -> str:
     """The lines inside ``<tools>``: full JSON schemas (``full``) or signatures (``compact``).
 
     Deterministic: tools in the given order, one line each (``full`` is ``json.dumps`` of each
-    schema as given, as Qwen3's template does; DESIGN §5 "compact task rendering").
+    schema as given, as Qwen3's template does; docs/design.md, "Machine facts": compact task
+    rendering).
     """
     _check_rendering(rendering)
     if rendering == "full":
@@ -425,7 +429,7 @@ def tool_response_message(observations: list[Observation]) -> dict[str, str]:
     """One user message with a ``<tool_response>`` block per observation, in call order.
 
     This is how Qwen3's template shows tool results; doing it ourselves gives every template the
-    same text (notes §3.3).
+    same text.
     """
     if not observations:
         raise ValueError("tool_response_message needs at least one observation")
@@ -506,7 +510,8 @@ def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any
                       history: list[dict[str, Any]], call: ToolCall,
                       count_tokens: Callable[[str], int], budget: int,
                       rendering: str) -> RehearsePrompt:
-    """Build the REHEARSE prompt for one call, trimmed to ``budget`` tokens (DESIGN §8).
+    """Build the REHEARSE prompt for one call, trimmed to ``budget`` tokens (docs/design.md,
+    "Generation and history").
 
     Trimming order: (1) reference examples of other tools, last first; (2) reference examples of
     ``call``'s tool, last first; (3) the oldest history messages after the first one, replaced by
@@ -568,7 +573,7 @@ def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any
 
 
 # ---------------------------------------------------------------------------------------------
-# Test-time private rehearsal: FEEDBACK and MEMORY (paper §2.3; DESIGN §2; used by rehearsal.py)
+# Test-time private rehearsal: FEEDBACK and MEMORY (paper §2.3; used by rehearsal.py)
 # ---------------------------------------------------------------------------------------------
 # Our design: the reference code has no test-time rehearsal. Every text the policy reads during
 # rehearsal is here. FEEDBACK_SYSTEM and MEMORY_SYSTEM can be replaced per run through
@@ -645,8 +650,8 @@ message it was rehearsed for (it stays in the history: the history is append-onl
 
 GATE_REFUSAL = "Error: refused by the write gate: {reason}. Nothing was executed."
 """The error observation ACT gets for a state-changing call that the write gate refused
-(DESIGN §2): a schema failure, or an identifier never seen in a user message or a real
-observation of this episode."""
+(docs/design.md, "Our additions beyond the paper"): a schema failure, or an identifier never seen in
+a user message or a real observation of this episode."""
 
 NO_FEEDBACK = "(no feedback)"
 """Stands in for an empty FEEDBACK output."""

@@ -68,7 +68,7 @@ from envace_lite.types import ToolCall
 
 
 class ErrorCode(str, Enum):
-    """The fixed enumeration of syntactic parse failures (DESIGN §8 "Parsing").
+    """The fixed enumeration of syntactic parse failures (docs/design.md, "Parsing").
 
     Schema problems are never here: they are ``ToolCall.violations``.
     """
@@ -328,10 +328,10 @@ def parse_act(text: str, tools: list[dict[str, Any]],
               max_chars: int = MAX_OUTPUT_CHARS) -> ActParse:
     """Parse one ACT output. Never raises on model text.
 
-    Decisions (DESIGN §8 "Parsing"): think blocks are removed first (``strip_think``); an unclosed
-    ``<think>`` is ``UNCLOSED_THINK``, since calls written while reasoning do not count. Tags must
-    be exactly ``<tool_call>``/``</tool_call>``; near misses are ``MALFORMED_TAG``, not final text.
-    One failed block makes the whole reply an error (as in the reference code). Inside a block,
+    Decisions (docs/design.md, "Parsing"): think blocks are removed first (``strip_think``); an
+    unclosed ``<think>`` is ``UNCLOSED_THINK``, since calls written while reasoning do not count.
+    Tags must be exactly ``<tool_call>``/``</tool_call>``; near misses are ``MALFORMED_TAG``, not
+    final text. One failed block makes the whole reply an error (as in the reference code). Inside a block,
     one surrounding code fence is tolerated; ``"parameters"`` is accepted for ``"arguments"``, a
     JSON string of arguments is decoded (OpenAI style), missing or null arguments mean ``{}``, and
     other keys are ignored. Violations, not errors: a repeated key (the last value wins),

@@ -1,6 +1,7 @@
 """Test-time private rehearsal: imagined attempts, FEEDBACK and the memory m_x (paper §2.3).
 
-The reference code has no test-time rehearsal; this is our design (DESIGN §2, §8). The committed
+The reference code has no test-time rehearsal; this is our design (docs/design.md, "Our
+additions beyond the paper"; the procedure in docs/rehearsal.md). The committed
 execution that follows, and the write gate, live in ``commit.py``, which calls
 ``rehearse_turns`` at each new user message. Per episode and user turn:
 
@@ -20,8 +21,11 @@ execution that follows, and the write gate, live in ``commit.py``, which calls
 **Imagined continuations reuse the rollout engine.** ``imagined_task`` turns the committed state
 into a one-user-turn ``Task``: its messages are the episode's initial messages plus the real
 history so far (plus, in sequential mode, the context message), its tools the env's current
-schemas, its grounding empty. ``rollout(mode="rehearse")`` on it renders exactly the committed
-ACT prompt, and a final answer ends the attempt (the task has no next user turn). The rollout
+schemas, its grounding empty. ``rollout(mode="rehearse")`` on it renders the committed history
+as text: in the first user turn that is exactly the committed ACT prompt; in later ones it is the
+re-rendered history (under Qwen3's template, without the empty think blocks that the committed
+token history keeps: docs/design.md, "Committed execution on training's tokens"). A final answer
+ends the attempt (the task has no next user turn). The rollout
 config is copied with ``grounding_drop_p=1`` (so REHEARSE always reads ``<unavailable>``), the
 rehearsal decoding and ``rehearsal.max_turns``. No env is given to the engine, so it cannot
 execute anything; the env's ``real_calls`` counter is also checked before and after, and a
@@ -48,17 +52,14 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from envace_lite import prompts, protocol
 from envace_lite.config import Config
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger
-from envace_lite.rollout import Trajectory, rollout
-from envace_lite.types import Task
-
-if TYPE_CHECKING:
-    from envace_lite.commit import Episode
+from envace_lite.rollout import rollout
+from envace_lite.types import Task, Trajectory
 
 log = get_logger(__name__)
 
@@ -195,6 +196,25 @@ class Attempt:
         return prompts.render_attempt(self.steps, self.trajectory.stop_reason, max_chars)
 
 
+class Episode(Protocol):
+    """What rehearsal reads of a committed episode (``commit.Episode`` has it); never written.
+
+    Attributes:
+        suite, task_id: the task.
+        env: the real adapter (only ``tool_schemas()`` and ``real_calls`` are read).
+        messages: the episode's initial messages (system first).
+        history: the real history so far (ACT replies, tool responses, user turns, memories).
+        user_turns: user turns seen so far (the current one included).
+    """
+
+    suite: str
+    task_id: str
+    env: Any
+    messages: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    user_turns: int
+
+
 @dataclass
 class TurnRehearsal:
     """The rehearsal of one user turn of one episode.
@@ -222,6 +242,16 @@ class TurnRehearsal:
         """Every token generated for this rehearsal (attempts, feedback, memory)."""
         return sum(a.tokens for a in self.attempts) + self.memory_output_tokens
 
+    @property
+    def rehearse_outputs(self) -> int:
+        """REHEARSE outputs over all attempts."""
+        return sum(o.role == "rehearse" for a in self.attempts for o in a.trajectory.outputs)
+
+    @property
+    def feedback_parse_errors(self) -> int:
+        """Attempts whose FEEDBACK had no tags (``Feedback.ok`` False)."""
+        return sum(a.feedback is not None and not a.feedback.ok for a in self.attempts)
+
 
 def imagined_task(ep: Episode, rendering: str, context: dict[str, str] | None = None) -> Task:
     """The committed state of ``ep`` as a one-user-turn ``Task`` for ``rollout``.
@@ -243,7 +273,7 @@ def rehearsal_config(cfg: Config) -> Config:
     if cfg.rehearsal.decoding not in DECODING:
         raise ValueError(f"rehearsal.decoding={cfg.rehearsal.decoding!r}: use {sorted(DECODING)}")
     c = copy.deepcopy(cfg)
-    c.rollout.grounding_drop_p = 1.0  # REHEARSE reads <unavailable> (DESIGN §8 "Grounding")
+    c.rollout.grounding_drop_p = 1.0  # REHEARSE reads <unavailable> (docs/design.md, "Grounding")
     c.rollout.temperature, c.rollout.top_p = DECODING[cfg.rehearsal.decoding]
     c.rollout.max_turns = max(1, min(cfg.rehearsal.max_turns, cfg.eval.max_turns))
     c.rollout.user_replay = "always"
@@ -306,7 +336,6 @@ def _write_feedback(items: list[tuple[Episode, Attempt]], gen: Generator, tokeni
                         temperature=sampling[0], top_p=sampling[1])
     for (ep, a), out in zip(items, outs):
         a.feedback, a.feedback_tokens = parse_feedback(out.text), len(out.ids)
-        ep.feedback_parse_errors += int(not a.feedback.ok)
 
 
 def _blocks(attempts: list[Attempt], chars: int) -> list[tuple[str, str]]:
@@ -318,7 +347,8 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
                    mode: str, n: int) -> list[TurnRehearsal]:
     """Rehearse the current user turn of every episode, batched across episodes.
 
-    Appends m_x to each episode's history (unless empty) and updates its counters.
+    Reads the episodes and changes nothing in them: the caller applies each record
+    (``commit.apply_rehearsal`` appends m_x to the history, unless empty, and adds the counters).
 
     Args:
         episodes: live episodes that just received a new user message.
@@ -328,7 +358,7 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
         n: N, attempts per user turn (>= 1).
 
     Returns:
-        One ``TurnRehearsal`` per episode, in order (also appended to ``ep.rehearsals``).
+        One ``TurnRehearsal`` per episode, in order.
 
     Raises:
         RuntimeError: an env's ``real_calls`` changed during rehearsal (a bug: never expected).
@@ -373,20 +403,6 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
             raise RuntimeError(f"{ep.task_id}: rehearsal made {rec.real_calls} real call(s); "
                                "rehearsal must never execute (this is a bug)")
         rec.seconds = seconds / len(episodes)
-        ep.rehearsals.append(rec)
-        ep.rehearsal_real_calls += rec.real_calls
-        ep.rehearsal_tokens += rec.tokens
-        ep.rehearse_outputs += sum(o.role == "rehearse" for a in rec.attempts
-                                   for o in a.trajectory.outputs)
-        ep.rehearsal_seconds += rec.seconds
-        mem = rec.memory
-        ep.memory_tokens += mem.tokens
-        ep.empty_memories += int(mem.empty)
-        ep.truncated_memories += int(mem.truncated)
-        ep.memories.append(mem.text)
-        if not mem.empty:
-            ep.history.append(prompts.memory_message(mem.text))
-        ep.needs_rehearsal = False
     return recs
 
 
@@ -428,6 +444,7 @@ __all__ = [
     "DECODING",
     "MODES",
     "Attempt",
+    "Episode",
     "Feedback",
     "Memory",
     "TurnRehearsal",

@@ -1,4 +1,5 @@
-"""Trajectory rewards: checklist judge, optional LLM judge, verifiable rewards (DESIGN §1, §8).
+"""Trajectory rewards: checklist judge, optional LLM judge, verifiable rewards (docs/design.md,
+"The checklist reward").
 
 A task carries one checklist per reference user turn; each ``ChecklistItem`` has a weight and the
 weights of a turn sum to 1. An item passes when ANY step of its user turn satisfies it:
@@ -36,7 +37,8 @@ is subtracted from the trajectory score of an output whose text is empty).
 
 A failed judge (LLM judge HTTP error, timeout, bad JSON, wrong item count; or a crashing
 ``env.score()``) never scores 0: the trajectory gets ``reward=None, reward_valid=False`` and the
-trainer masks it out of the loss (DESIGN §1, "known flaws"). It is counted and logged.
+trainer masks it out of the loss (docs/design.md, "The reference code, and where we differ"). It is
+counted and logged.
 
 Usage::
 
@@ -48,15 +50,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envace_lite.data import normalize
 from envace_lite.endpoints import EndpointError, chat_completion
 from envace_lite.progress import get_logger
-from envace_lite.types import ChecklistItem
-
-if TYPE_CHECKING:  # rollout imports this module; the types are only needed for annotations
-    from envace_lite.rollout import Step, Trajectory
+from envace_lite.types import ChecklistItem, Step, Trajectory
 
 log = get_logger(__name__)
 
@@ -150,7 +149,8 @@ def _aggregate(traj: Trajectory, verdicts: list[list[bool]], judge: str) -> tupl
 
 
 def checklist_reward(traj: Trajectory) -> tuple[float, dict[str, Any]]:
-    """R_i = Σ turn scores / reference user turns, with the rule judge (DESIGN §1).
+    """R_i = Σ turn scores / reference user turns, with the rule judge (docs/design.md,
+    "The checklist reward").
 
     A reached turn that did not close scores 0 (see the module docstring).
 
@@ -324,7 +324,7 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
 
 
 def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
-    """One reward per output of ``traj.outputs``, in order (DESIGN §8 "Training").
+    """One reward per output of ``traj.outputs``, in order (docs/design.md, "Training").
 
     An EMPTY output (``Output.empty``: an ACT or REHEARSE output with no text) gets
     ``R_i − |penalty|``, applied per output before the baseline; every other output gets R_i.

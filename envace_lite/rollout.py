@@ -1,4 +1,5 @@
-"""World-rehearsal rollouts: the ACT/REHEARSE alternation (paper §2.1; DESIGN §1, §8).
+"""World-rehearsal rollouts: the ACT/REHEARSE alternation (paper §2.1; docs/design.md, "Generation
+and history").
 
 One policy plays two roles. ACT reads the task, the tool schemas and its token history h_t and
 emits a_t: tool calls, a final answer, or a terminal pseudo-tool (telecom's ``done``: never
@@ -22,12 +23,14 @@ rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, r
   ``turn_limit``, ``context_budget`` (the next ACT prompt would exceed ``max_prompt_tokens``: stop
   before generating), ``parse_error`` (syntactic ACT failure), ``gate_closed``, ``env_done`` (real
   mode: the benchmark ended it, e.g. BFCL's step limit).
-- A rehearsed error is an ordinary observation; the episode goes on (DESIGN §1 fixes the
-  reference). A REHEARSE output without a proper ``<execution_result>`` gives its raw text (think
-  removed, stripped, capped at ``RAW_OBSERVATION_CHARS``) as the observation; the output keeps its
-  ``error_code`` (a REHEARSE parse error in ``rollout_stats``) and the episode goes on.
+- A rehearsed error is an ordinary observation; the episode goes on (a fix of the reference:
+  docs/design.md, "The reference code, and where we differ"). A REHEARSE output without a
+  proper ``<execution_result>`` gives its raw text (think removed, stripped, capped at
+  ``RAW_OBSERVATION_CHARS``) as the observation; the output keeps its ``error_code`` (a
+  REHEARSE parse error in ``rollout_stats``) and the episode goes on.
 - A REHEARSE prompt still over ``max_prompt_tokens`` after trimming is generated anyway
-  (``Output.prompt_fits`` False): only what DESIGN §8 forbids cutting is left.
+  (``Output.prompt_fits`` False): only what may never be cut is left (docs/design.md,
+  "Generation and history").
 
 Usage::
 
@@ -52,7 +55,7 @@ from envace_lite.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger
 from envace_lite.protocol import ErrorCode
 from envace_lite.rewards import judge_turn
-from envace_lite.types import Observation, Role, Task, ToolCall
+from envace_lite.types import Observation, Output, Step, Task, ToolCall, Trajectory
 
 log = get_logger(__name__)
 
@@ -61,126 +64,6 @@ RAW_OBSERVATION_CHARS = 2000
 """Cap of the raw text that becomes the observation when a REHEARSE output has no proper tags."""
 TERMINAL_TOOLS = {"tau2-telecom": frozenset({"done"})}
 """Terminal pseudo-tools per suite, when no env is at hand (``Env.terminal_tools`` otherwise)."""
-
-
-@dataclass
-class Output:
-    """One policy output y_{i,m}: an ACT turn or one REHEARSE call (paper §2.2).
-
-    Attributes:
-        role: ``"act"`` or ``"rehearse"``.
-        turn: the ACT turn index t (0-based) this output belongs to; a REHEARSE output carries the
-            turn of the call it answers.
-        call_index: REHEARSE only: which call of the turn's ACT reply it answers (else -1).
-        prompt_ids: the exact token ids the output was sampled from. ACT: the whole append-only
-            history h_t at that turn (``act_ids[:start]``). REHEARSE: its own rebuilt prompt.
-        ids: the sampled token ids, verbatim, INCLUDING the stop token when the output stopped on
-            one (so the loss teaches stopping); shape (L,). The stop token recorded is the
-            template's end-of-turn id (``ChatGlue.eot_id``) whichever stop id the generator hit.
-        text: the generator's text of the sampled ids, without the stop token.
-        logprobs: per-token log-probabilities at sampling time, as the generator gave them: they
-            cover the ids BEFORE the appended stop token (len(ids) - 1 when it was appended);
-            None for generators without logprobs.
-        parse_kind: ACT: ``calls`` | ``final`` | ``error``; REHEARSE: ``ok`` | ``error``.
-        error_code: the ``protocol.ErrorCode`` value ("" when none).
-        empty: True when the output is empty after stripping (``ErrorCode.EMPTY``; it gets the
-            empty-output penalty).
-        finish_reason: ``stop`` or ``length``.
-        user_turn: the reference user turn the output belongs to.
-        source: ``policy``, or ``frozen_simulator`` for REHEARSE outputs of the frozen simulator
-            (records only: never train on them, never count them in a baseline).
-        prompt_fits: REHEARSE: False when the prompt stayed over budget after trimming.
-    """
-
-    role: Role
-    turn: int
-    prompt_ids: list[int]
-    ids: list[int]
-    text: str
-    call_index: int = -1
-    logprobs: list[float] | None = None
-    parse_kind: str = ""
-    error_code: str = ""
-    empty: bool = False
-    finish_reason: str = "stop"
-    user_turn: int = 0
-    source: str = "policy"
-    prompt_fits: bool = True
-
-
-@dataclass
-class Step:
-    """One executed (or rehearsed) tool call of a trajectory, with its observation.
-
-    Attributes:
-        turn: the ACT turn index.
-        user_turn: the reference user turn the call belongs to (for the checklist).
-        call: the parsed call (violations included).
-        observation: o_t (real) or ô_t (rehearsed).
-        source: ``real`` | ``rehearsed`` | ``frozen_simulator``.
-    """
-
-    turn: int
-    user_turn: int
-    call: ToolCall
-    observation: Observation
-    source: str
-
-
-@dataclass
-class Trajectory:
-    """One rollout τ_i of task x (paper §2.1).
-
-    The ACT side is packed: ``act_ids`` is the append-only token history (initial prompt, then
-    each ACT output followed by template glue and the observations), and ``act_mask`` marks the
-    tokens sampled by ACT (1) versus prompt, glue and observations (0). The packed ACT row of the
-    trainer is ``act_ids[act_prompt_len:]`` with ``act_mask[act_prompt_len:]``; ``act_spans``
-    gives each ACT output's ``[start, end)`` in ``act_ids`` (in the order of the ACT outputs).
-
-    Attributes:
-        task: the task x.
-        index: i, the rollout index within the task's group of K.
-        act_ids: shape (T,); the full ACT token history.
-        act_mask: shape (T,); 1 on ACT-sampled tokens.
-        act_prompt_len: length of the initial ACT prompt (system, tools, first user message).
-        outputs: every output, in generation order (ACT turn t, then its REHEARSE calls).
-        steps: every tool call with its observation, in order.
-        final_texts: per reached user turn, the ACT final answer text ("" if none).
-        user_turns_reached: how many reference user turns were shown to ACT.
-        stop_reason: ``final_answer`` | ``terminal_tool`` | ``turn_limit`` | ``context_budget`` |
-            ``parse_error`` | ``gate_closed`` | ``env_done`` (real mode).
-        real_calls: real executions made by this rollout (0 in ``rehearse`` mode).
-        grounding: ``gold`` or ``none`` (whether REHEARSE saw the task's grounding).
-        mode: ``rehearse`` | ``real`` | ``frozen_simulator``.
-        reward: R_i, set by ``rewards``; None until scored, and None when the judge failed.
-        reward_valid: False when the judge failed (the trajectory is masked out of the loss).
-        reward_details: per-turn scores and per-item verdicts.
-        turns: the number of ACT outputs.
-        act_spans: ``[start, end)`` of each ACT output's ids in ``act_ids``.
-        env: ``real`` mode (or a given ``env_factory``): the trajectory's env, for
-            ``rewards.verifiable_reward``; release it with ``close_envs`` (before any
-            ``dataclasses.asdict``, which would deep-copy it).
-    """
-
-    task: Task
-    index: int
-    act_ids: list[int] = field(default_factory=list)
-    act_mask: list[int] = field(default_factory=list)
-    act_prompt_len: int = 0
-    outputs: list[Output] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    final_texts: list[str] = field(default_factory=list)
-    user_turns_reached: int = 1
-    stop_reason: str = ""
-    real_calls: int = 0
-    grounding: str = "gold"
-    mode: str = "rehearse"
-    reward: float | None = None
-    reward_valid: bool = True
-    reward_details: dict[str, Any] = field(default_factory=dict)
-    turns: int = 0
-    act_spans: list[tuple[int, int]] = field(default_factory=list)
-    env: Any = field(default=None, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +155,7 @@ class _Live:
 
     traj: Trajectory
     messages: list[dict[str, Any]]  # plain conversation, no system prompt (REHEARSE history)
-    grounding: list[dict[str, Any]] | None
+    grounding: list[list[dict[str, Any]]] | None  # per user turn; None: dropped (``<unavailable>``)
     terminal: frozenset[str]
     user_turn: int = 0
     stopped: bool = True  # the last output ended on a stop token
@@ -282,7 +165,18 @@ class _Live:
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages for this turn's glue
 
 
-def _ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
+def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
+    """REHEARSE's grounding for this call: every user turn's gold pairs (``grounding_scope=
+    "task"``) or those of the current and earlier user turns (``"seen"``)."""
+    if s.grounding is None:
+        return None
+    turns = s.grounding if rc.grounding_scope == "task" else s.grounding[:s.user_turn + 1]
+    return [g for turn in turns for g in turn]
+
+
+def ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
+    """The sampled ids as the ACT history keeps them: verbatim, plus the template's end-of-turn id
+    when the output stopped on a stop token (whichever stop id the generator hit)."""
     stop = out.finish_reason == "stop" and glue.eot_id is not None
     return list(out.ids) + ([glue.eot_id] if stop else [])
 
@@ -327,7 +221,6 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     for task in tasks:
         prompt = chat_ids(tokenizer, protocol.act_messages(
             task.messages, task.tools, rc.rendering, rc.compact_policy_chars, []))
-        flat = [g for turn in task.grounding for g in turn]
         plain = [{"role": m["role"], "content": m["content"]}
                  for m in task.messages if m["role"] != "system"]
         for i in range(k):
@@ -342,7 +235,8 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
                 t.stop_reason = "context_budget"
             terminal = env.terminal_tools if env is not None else TERMINAL_TOOLS.get(
                 task.suite, frozenset())
-            lives.append(_Live(t, list(plain), flat if gold else None, frozenset(terminal)))
+            lives.append(_Live(t, list(plain), task.grounding if gold else None,
+                               frozenset(terminal)))
 
     sync = rc.sync_generate_calls  # finished ranks keep turning with empty calls (any_rank)
     while True:
@@ -390,7 +284,7 @@ def _act(s: _Live, prompt: list[int], out: Completion, glue: ChatGlue, cfg: Any)
     """Record one ACT output, parse it, and route it: stop, close the user turn, or calls."""
     t = s.traj
     parsed = protocol.parse_act(out.text, t.task.tools)
-    ids = _ids_with_stop(out, glue)
+    ids = ids_with_stop(out, glue)
     t.outputs.append(Output(
         "act", t.turns, prompt, ids, out.text, logprobs=out.logprobs, parse_kind=parsed.kind,
         error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
@@ -475,7 +369,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
 
     prompts, fits = [], []
     for s, _, call in jobs:
-        rp = protocol.rehearse_messages(s.traj.task.tools, s.grounding, s.messages, call, count,
+        rp = protocol.rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages, call, count,
                                         rc.max_prompt_tokens, rc.rendering)
         prompts.append(chat_ids(tokenizer, rp.messages))
         fits.append(rp.fits)
@@ -486,7 +380,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
         t = s.traj
         obs, parsed = rehearsal_observation(out.text)
         t.outputs.append(Output(
-            "rehearse", t.turns - 1, prompt, _ids_with_stop(out, glue), out.text, call_index=j,
+            "rehearse", t.turns - 1, prompt, ids_with_stop(out, glue), out.text, call_index=j,
             logprobs=out.logprobs, parse_kind="ok" if parsed.ok else "error",
             error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
             finish_reason=out.finish_reason, user_turn=s.user_turn,

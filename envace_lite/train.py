@@ -1,7 +1,8 @@
 """Role-wise GRPO training runs: the one entry point for notebooks, the CLI and ``scaled/``.
 
 ``train(config)`` loads the policy and the train split of ``grpo.suites``, builds a
-``RoleWiseGRPOTrainer`` (``grpo.py``) with the settings of DESIGN §4, and runs it. A run dir holds::
+``RoleWiseGRPOTrainer`` (``grpo.py``) with the settings of docs/design.md, "TRL integration", and
+runs it. A run dir holds::
 
     config.json            the full config
     metrics.jsonl          one row per optimizer step (role-tagged keys, see ``step_metrics``)
@@ -51,7 +52,7 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
 # ---------------------------------------------------------------------------------------------
-# TRL settings (DESIGN §4)
+# TRL settings (docs/design.md, "TRL integration")
 # ---------------------------------------------------------------------------------------------
 def per_device_batch(cfg: Config, world: int) -> int:
     """Rollouts per process and accumulation step: ``prompts_per_step × K / (world × GA)``.
@@ -300,9 +301,9 @@ def _warn_if_config_changed(run_dir: Path, cfg: Config) -> None:
 
 def load_train_tasks(cfg: Config) -> list[Any]:
     """The RL tasks: the train split of every suite in ``grpo.suites`` less the warm-start (SFT)
-    share (``sft.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every task), so SFT
-    and RL never train on the same task (issue 8)."""
-    from envace_lite.sft import training_tasks
+    share (``transcripts.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every
+    task), so SFT and RL never train on the same task."""
+    from envace_lite.transcripts import training_tasks
 
     tasks = training_tasks(cfg, "rl")
     if not tasks:

@@ -1,4 +1,4 @@
-"""Plain data types shared by every module (DESIGN §8, "Data types").
+"""Plain data types shared by every module (docs/design.md, "Data types").
 
 These are the binding interfaces between the protocol (parsing), the environments (real execution),
 the rollout engine (ACT/REHEARSE alternation) and the rewards (checklist judge). They hold no logic
@@ -22,7 +22,8 @@ class ToolCall:
         arguments: the decoded JSON arguments (a dict; never raw text).
         violations: schema or unknown-tool problems found by ``jsonschema`` against the task's tool
             schemas. An empty list means the call is well formed. Calls with violations are still
-            rehearsed or executed; the environment answers them with an error (DESIGN §8 "Parsing").
+            rehearsed or executed; the environment answers them with an error (docs/design.md,
+            "Parsing").
         call_id: a stable id (``call_<turn>_<k>``) used to pair tool messages with calls.
     """
 
@@ -61,7 +62,7 @@ ChecklistKind = Literal["call", "communicate", "observation", "no_call"]
 
 @dataclass
 class ChecklistItem:
-    """One weighted item of a user turn's checklist (DESIGN §1 and §8).
+    """One weighted item of a user turn's checklist (docs/design.md, "The checklist reward").
 
     Attributes:
         kind: ``call`` (a tool call with key arguments), ``communicate`` (a string the final
@@ -85,7 +86,8 @@ class ChecklistItem:
 
 @dataclass
 class Task:
-    """A task x: initial messages, tools, scripted user turns, checklist and grounding (DESIGN §8).
+    """A task x: initial messages, tools, scripted user turns, checklist and grounding
+    (docs/design.md, "Data types").
 
     Attributes:
         id: the benchmark's task id (tau2 task id, BFCL entry id).
@@ -124,3 +126,126 @@ class Task:
         d = dict(d)
         d["checklist"] = [[ChecklistItem(**it) for it in turn] for turn in d["checklist"]]
         return cls(**d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trajectories: what the rollout engine records, and what rewards and the trainer read
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Output:
+    """One policy output y_{i,m}: an ACT turn or one REHEARSE call (paper §2.2).
+
+    Attributes:
+        role: ``"act"`` or ``"rehearse"``.
+        turn: the ACT turn index t (0-based) this output belongs to; a REHEARSE output carries the
+            turn of the call it answers.
+        call_index: REHEARSE only: which call of the turn's ACT reply it answers (else -1).
+        prompt_ids: the exact token ids the output was sampled from. ACT: the whole append-only
+            history h_t at that turn (``act_ids[:start]``). REHEARSE: its own rebuilt prompt.
+        ids: the sampled token ids, verbatim, INCLUDING the stop token when the output stopped on
+            one (so the loss teaches stopping); shape (L,). The stop token recorded is the
+            template's end-of-turn id (``ChatGlue.eot_id``) whichever stop id the generator hit.
+        text: the generator's text of the sampled ids, without the stop token.
+        logprobs: per-token log-probabilities at sampling time, as the generator gave them: they
+            cover the ids BEFORE the appended stop token (len(ids) - 1 when it was appended);
+            None for generators without logprobs.
+        parse_kind: ACT: ``calls`` | ``final`` | ``error``; REHEARSE: ``ok`` | ``error``.
+        error_code: the ``protocol.ErrorCode`` value ("" when none).
+        empty: True when the output is empty after stripping (``ErrorCode.EMPTY``; it gets the
+            empty-output penalty).
+        finish_reason: ``stop`` or ``length``.
+        user_turn: the reference user turn the output belongs to.
+        source: ``policy``, or ``frozen_simulator`` for REHEARSE outputs of the frozen simulator
+            (records only: never train on them, never count them in a baseline).
+        prompt_fits: REHEARSE: False when the prompt stayed over budget after trimming.
+    """
+
+    role: Role
+    turn: int
+    prompt_ids: list[int]
+    ids: list[int]
+    text: str
+    call_index: int = -1
+    logprobs: list[float] | None = None
+    parse_kind: str = ""
+    error_code: str = ""
+    empty: bool = False
+    finish_reason: str = "stop"
+    user_turn: int = 0
+    source: str = "policy"
+    prompt_fits: bool = True
+
+
+@dataclass
+class Step:
+    """One executed (or rehearsed) tool call of a trajectory, with its observation.
+
+    Attributes:
+        turn: the ACT turn index.
+        user_turn: the reference user turn the call belongs to (for the checklist).
+        call: the parsed call (violations included).
+        observation: o_t (real) or ô_t (rehearsed).
+        source: ``real`` | ``rehearsed`` | ``frozen_simulator``.
+    """
+
+    turn: int
+    user_turn: int
+    call: ToolCall
+    observation: Observation
+    source: str
+
+
+@dataclass
+class Trajectory:
+    """One rollout τ_i of task x (paper §2.1).
+
+    The ACT side is packed: ``act_ids`` is the append-only token history (initial prompt, then
+    each ACT output followed by template glue and the observations), and ``act_mask`` marks the
+    tokens sampled by ACT (1) versus prompt, glue and observations (0). The packed ACT row of the
+    trainer is ``act_ids[act_prompt_len:]`` with ``act_mask[act_prompt_len:]``; ``act_spans``
+    gives each ACT output's ``[start, end)`` in ``act_ids`` (in the order of the ACT outputs).
+
+    Attributes:
+        task: the task x.
+        index: i, the rollout index within the task's group of K.
+        act_ids: shape (T,); the full ACT token history.
+        act_mask: shape (T,); 1 on ACT-sampled tokens.
+        act_prompt_len: length of the initial ACT prompt (system, tools, first user message).
+        outputs: every output, in generation order (ACT turn t, then its REHEARSE calls).
+        steps: every tool call with its observation, in order.
+        final_texts: per reached user turn, the ACT final answer text ("" if none).
+        user_turns_reached: how many reference user turns were shown to ACT.
+        stop_reason: ``final_answer`` | ``terminal_tool`` | ``turn_limit`` | ``context_budget`` |
+            ``parse_error`` | ``gate_closed`` | ``env_done`` (real mode).
+        real_calls: real executions made by this rollout (0 in ``rehearse`` mode).
+        grounding: ``gold`` or ``none`` (whether REHEARSE saw the task's grounding).
+        mode: ``rehearse`` | ``real`` | ``frozen_simulator``.
+        reward: R_i, set by ``rewards``; None until scored, and None when the judge failed.
+        reward_valid: False when the judge failed (the trajectory is masked out of the loss).
+        reward_details: per-turn scores and per-item verdicts.
+        turns: the number of ACT outputs.
+        act_spans: ``[start, end)`` of each ACT output's ids in ``act_ids``.
+        env: ``real`` mode (or a given ``env_factory``): the trajectory's env, for
+            ``rewards.verifiable_reward``; release it with ``close_envs`` (before any
+            ``dataclasses.asdict``, which would deep-copy it).
+    """
+
+    task: Task
+    index: int
+    act_ids: list[int] = field(default_factory=list)
+    act_mask: list[int] = field(default_factory=list)
+    act_prompt_len: int = 0
+    outputs: list[Output] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    final_texts: list[str] = field(default_factory=list)
+    user_turns_reached: int = 1
+    stop_reason: str = ""
+    real_calls: int = 0
+    grounding: str = "gold"
+    mode: str = "rehearse"
+    reward: float | None = None
+    reward_valid: bool = True
+    reward_details: dict[str, Any] = field(default_factory=dict)
+    turns: int = 0
+    act_spans: list[tuple[int, int]] = field(default_factory=list)
+    env: Any = field(default=None, repr=False, compare=False)

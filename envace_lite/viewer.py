@@ -1,4 +1,4 @@
-"""The trajectory viewer: one rollout τ_i as HTML, turn by turn (paper §2.1; DESIGN §3).
+"""The trajectory viewer: one rollout τ_i as HTML, turn by turn (paper §2.1).
 
 Each ACT output a_t is drawn in the ACT colour, each tool call under it, and then the observation
 that joined the history: a REAL o_t from ``env.step`` (green, numbered by the real-call counter) or

@@ -5,8 +5,8 @@ generation, an LLM checklist judge, and the notebook series run headlessly.
 Every subcommand builds its config with ``envace_lite.config.get_config`` from the ``scaled``
 profile plus override files (``scaled/overrides/*.yaml``) and ``--set group.field=value``, and
 takes ``--dry-run``: it then prints one JSON document (the resolved config, the entry point, the
-world size and the exact command) and starts nothing. This file holds no training code
-(STYLE rule 14): ``train`` runs ``accelerate launch -m envace_lite.cli train``, which calls
+world size and the exact command) and starts nothing. This file holds no training code:
+``train`` runs ``accelerate launch -m envace_lite.cli train``, which calls
 ``envace_lite.train.train``, the function notebook 04 calls.
 
 Usage (from the repository root; scaled/README.md has the full recipes)::
@@ -45,16 +45,11 @@ JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 # ---------------------------------------------------------------------------------------------
 def resolve_config(profile: str, override_files: list[str], sets: list[str],
                    extra: dict[str, Any] | None = None) -> Any:
-    """``get_config(profile, files in order, then extra, then --set)``: what every rank builds."""
-    from envace_lite.cli import _parse_overrides
-    from envace_lite.config import get_config, load_overrides
+    """``cli.resolve_config``: files in order, then ``extra``, then ``--set``; what every rank
+    builds (the same function the CLI's ``train`` calls)."""
+    from envace_lite.cli import resolve_config as resolve
 
-    overrides: dict[str, Any] = {}
-    for f in override_files:
-        overrides |= load_overrides(f)
-    overrides |= extra or {}
-    overrides |= _parse_overrides(sets)
-    return get_config(profile, overrides)
+    return resolve(profile, override_files, sets, extra)
 
 
 def accelerate_world(config_file: str, num_processes: int | None = None,

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import rollout_throughput, scaling, step_breakdown, table, train_step
 from benchmarks.common import ForwardTimer
-from envace_lite.grpo import length_buckets
+from envace_lite.rows import length_buckets
 
 
 def test_length_buckets_by_hand():

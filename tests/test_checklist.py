@@ -1,4 +1,5 @@
-"""Checklist construction (DESIGN §1, §8): items, weights and key values, computed by hand."""
+"""Checklist construction (docs/design.md, "The checklist reward"): items, weights and key values,
+computed by hand."""
 from __future__ import annotations
 
 import json

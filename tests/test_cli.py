@@ -43,3 +43,16 @@ def test_eval_smoke_writes_run_dir(tmp_path, monkeypatch):
 def test_unknown_override_is_refused():
     res = runner.invoke(app, ["eval", "--profile", "smoke", "--set", "rollout.nope=1"])
     assert res.exit_code != 0 and "unknown config key" in repr(res.exception)
+
+
+def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
+    from envace_lite.cli import resolve_config
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("grpo.steps: 5\ngrpo.beta: 0.5\nrun.seed: 3\n")
+    b.write_text("grpo.steps: 7\n")
+    cfg = resolve_config("smoke", [str(a), str(b)], ["grpo.beta=0.25", "grpo.mode=per_role"],
+                         extra={"run.seed": 9, "grpo.beta": 0.75}, final={"grpo.mode": "act_only"})
+    # steps: b after a → 7; seed: extra after the files → 9; beta: --set after extra → 0.25;
+    # mode: final after --set → act_only
+    assert (cfg.grpo.steps, cfg.run.seed, cfg.grpo.beta, cfg.grpo.mode) == (7, 9, 0.25, "act_only")

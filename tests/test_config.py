@@ -70,3 +70,30 @@ def test_apply_overrides_is_in_place():
     cfg = get_config("smoke")
     assert apply_overrides(cfg, {"eval.limit": 7}) is cfg and cfg.eval.limit == 7
     assert dataclasses.is_dataclass(cfg.eval)
+
+
+def test_act_only_lora_on_vllm_is_refused_without_a_real_frozen_simulator():
+    over = {"grpo.mode": "act_only", "model.lora_r": 8}
+    for backend in ("vllm_server", "vllm_colocate"):
+        with pytest.raises(ValueError, match="no frozen simulator"):
+            get_config("smoke", {**over, "rollout.generation_backend": backend})
+        cfg = get_config("smoke", {**over, "rollout.generation_backend": backend,
+                                   "grpo.frozen_simulator_backend": "hf"})
+        assert cfg.grpo.frozen_simulator_backend == "hf"
+    # the same combination is fine where the frozen weights are real: HF generation, no LoRA
+    # (a full frozen copy), or a mode that has no frozen simulator
+    get_config("smoke", {**over, "rollout.generation_backend": "hf"})
+    get_config("smoke", {"grpo.mode": "act_only", "rollout.generation_backend": "vllm_server"})
+    get_config("smoke", {"grpo.mode": "act_only_real", "model.lora_r": 8,
+                         "rollout.generation_backend": "vllm_server"})
+
+
+def test_act_only_baseline_and_grounding_scope_values():
+    assert get_config("smoke").grpo.act_only_baseline == "outputs"
+    assert get_config("smoke").rollout.grounding_scope == "task"
+    with pytest.raises(ValueError, match="act_only modes only"):
+        get_config("smoke", {"grpo.act_only_baseline": "trajectories"})
+    with pytest.raises(ValueError, match="grounding_scope"):
+        get_config("smoke", {"rollout.grounding_scope": "future"})
+    cfg = get_config("smoke", {"grpo.mode": "act_only", "grpo.act_only_baseline": "trajectories"})
+    assert cfg.grpo.act_only_baseline == "trajectories"

@@ -1,4 +1,4 @@
-"""The learning experiment (issue 8): window means, the seed rule, segments, RL task overlap, and a
+"""The learning experiment: window means, the seed rule, segments, RL task overlap, and a
 smoke-size end-to-end run (warm start → held-out checks → GRPO in segments → resume)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from envace_lite.config import get_config
 from envace_lite.envs import list_tasks
 from envace_lite.experiment import _segments, run_experiment, ship, summarize_seeds, window_means
-from envace_lite.sft import training_tasks
+from envace_lite.transcripts import training_tasks
 
 
 def test_window_means_by_hand():

@@ -1,4 +1,5 @@
-"""Tests of envace_lite.grpo: role-wise advantages, rows and weights, and the TRL trainer.
+"""Tests of envace_lite.advantages and envace_lite.grpo: role-wise advantages, rows and weights,
+the reference objective, and the TRL trainer.
 
 Expected advantages are computed by hand in each test. The trainer tests use a tiny random Qwen3
 (hidden 32, one layer, the real Qwen3 vocabulary) and hand-made trajectories built from real
@@ -10,20 +11,21 @@ import pytest
 import torch
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
-from envace_lite.config import get_config
-from envace_lite.grpo import (
-    RoleWiseGRPOTrainer,
-    build_rows,
-    collate_rows,
+from envace_lite.advantages import (
     flatten_outputs,
     loss_weights,
-    output_lengths,
+    output_logps,
+    output_trajectories,
     rolewise_advantages,
+    rolewise_grpo_loss,
+    trajectory_advantages,
 )
+from envace_lite.config import get_config
+from envace_lite.grpo import RoleWiseGRPOTrainer
 from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.rollout import Output, Trajectory
+from envace_lite.rows import build_rows, collate_rows, output_lengths
 from envace_lite.train import grpo_args
-from envace_lite.types import Task
+from envace_lite.types import Output, Task, Trajectory
 
 A, R = "act", "rehearse"
 
@@ -109,6 +111,24 @@ def test_scale_std_divides_by_the_unbiased_group_std():
     assert close(adv, [(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.0], tol=1e-5)
 
 
+def test_trajectory_baseline_is_one_mean_over_trajectories():
+    # task x, K=2: trajectory 0 (R=1) has 3 ACT outputs, trajectory 1 (R=0) has 1.
+    # plain GRPO: μ_x = (1 + 0)/2 = 0.5 → +0.5 for each output of τ0, -0.5 for τ1;
+    # the output-weighted baseline: μ = (1+1+1+0)/4 = 0.75 → +0.25 / -0.75
+    rewards, traj = [1.0, 1.0, 1.0, 0.0], [0, 0, 0, 1]
+    returns, tasks = [1.0, 1.0, 1.0, 0.0], ["x"] * 4
+    assert close(trajectory_advantages(rewards, traj, returns, tasks), [0.5, 0.5, 0.5, -0.5])
+    assert close(rolewise_advantages(rewards, tasks, [A] * 4), [0.25, 0.25, 0.25, -0.75])
+    # an empty output of τ0 (reward 1 - 0.1 = 0.9) is measured against the same μ_x = 0.5;
+    # an invalid output gets 0, and a trajectory with no valid output leaves the mean
+    got = trajectory_advantages([1.0, 0.9, 0.0, 0.3], [0, 0, 1, 2], [1.0, 1.0, 0.0, 0.3],
+                                ["x"] * 4, [True, True, True, False])
+    assert close(got, [0.5, 0.4, -0.5, 0.0])
+    # a task with one trajectory: μ = R (A = 0) or, with singleton="none", μ = 0
+    assert close(trajectory_advantages([0.7], [0], [0.7], ["y"]), [0.0])
+    assert close(trajectory_advantages([0.7], [0], [0.7], ["y"], singleton="none"), [0.7])
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="one entry per output"):
         rolewise_advantages([1.0, 0.0], ["x"], [A, A])
@@ -187,14 +207,15 @@ TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
 
 
 def tiny_trainer(tmp_path, trajs_by_task, *, mode="shared", aggregation="output_mean", ga=1,
-                 lora_r=0, beta=0.0):
+                 lora_r=0, beta=0.0, **over):
     """A trainer whose rollouts are ``trajs_by_task`` ({task id: K trajectories})."""
     tasks = [ts[0].task for ts in trajs_by_task.values()]
     k = len(tasks and trajs_by_task[tasks[0].id])
     cfg = get_config("smoke", {**TINY, "grpo.mode": mode, "grpo.aggregation": aggregation,
                                "grpo.gradient_accumulation_steps": ga, "grpo.beta": beta,
                                "grpo.num_generations": k, "grpo.prompts_per_step": len(tasks),
-                               "model.lora_r": lora_r, "model.lora_target_modules": ["q_proj"]})
+                               "model.lora_r": lora_r, "model.lora_target_modules": ["q_proj"],
+                               **over})
     model, tokenizer = load_policy(cfg, train=True)
     trainer = RoleWiseGRPOTrainer(
         model, tokenizer, tasks, cfg, grpo_args(cfg, tmp_path),
@@ -204,37 +225,51 @@ def tiny_trainer(tmp_path, trajs_by_task, *, mode="shared", aggregation="output_
     return trainer, model, inputs
 
 
-def flat_grad(model):
-    return torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel())
-                      for p in model.parameters() if p.requires_grad])
-
-
-def reference_grad(model, trajs, advantages, trained, aggregation):
-    """The loss of one row per output, by hand: plain forward, log-softmax, ratio exp(lp - lp.sg)."""
-    model.zero_grad()
+def reference_loss(models, trajs, rec, aggregation, *, per_role=False, beta=0.0, ref=None):
+    """``advantages.rolewise_grpo_loss`` on one unpadded row per output; ``models[role]`` scores
+    each role's outputs, ``ref`` (a model) gives the KL reference log-probs."""
     flat = [o for tr in trajs for o in tr.outputs]
-    sums, counts = [], []
-    for o, a, ok in zip(flat, advantages.tolist(), trained.tolist()):
-        if not ok or not o.ids:
-            continue
-        ids = torch.tensor([o.prompt_ids + o.ids])
-        logits = model(input_ids=ids).logits[0, len(o.prompt_ids) - 1:-1].double()
-        logp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(o.prompt_ids):, None])[:, 0]
-        loss = -a * torch.exp(logp - logp.detach())
-        sums.append(loss.sum())
-        counts.append(loss.numel())
-    if aggregation == "token_mean":
-        total = torch.stack(sums).sum() / sum(counts)
-    else:
-        total = torch.stack([s / c for s, c in zip(sums, counts)]).mean()
-    total.backward()
-    return flat_grad(model)
+    logps = [output_logps(models[o.role], o.prompt_ids, o.ids) if o.ids
+             else torch.zeros(0, dtype=torch.float64) for o in flat]
+    ref_logps = None
+    if beta:
+        with torch.no_grad():
+            ref_logps = [output_logps(ref, o.prompt_ids, o.ids) if o.ids
+                         else torch.zeros(0, dtype=torch.float64) for o in flat]
+    return rolewise_grpo_loss(logps, rec.advantages, [o.role for o in flat], rec.trained,
+                              aggregation=aggregation, per_role=per_role, beta=beta,
+                              ref_logps=ref_logps)
 
 
-@pytest.mark.parametrize("aggregation", ["output_mean", "token_mean"])
-def test_packed_rows_match_one_row_per_output_gradient(tok, tmp_path, aggregation):
+def test_rolewise_grpo_loss_by_hand():
+    # two ACT outputs (A = +1, lengths 2 and 1) and one REHEARSE output (A = -0.5, length 1);
+    # log-probs at the rollout policy (ratio 1): each token's surrogate loss is -A.
+    lp = [torch.tensor([-1.0, -2.0]), torch.tensor([-0.5]), torch.tensor([-3.0])]
+    adv, roles = torch.tensor([1.0, 1.0, -0.5]), [A, A, R]
+    trained = torch.tensor([True, True, True])
+    # output_mean: mean over outputs of token means: (-1 - 1 + 0.5)/3 = -0.5
+    assert abs(float(rolewise_grpo_loss(lp, adv, roles, trained)) + 0.5) < 1e-12
+    # token_mean: (-1 - 1 - 1 + 0.5)/4 = -0.625
+    assert abs(float(rolewise_grpo_loss(lp, adv, roles, trained, aggregation="token_mean"))
+               + 0.625) < 1e-12
+    # per_role: ACT (-1 + -1)/2 = -1, REHEARSE 0.5 → -0.5 (output_mean)
+    assert abs(float(rolewise_grpo_loss(lp, adv, roles, trained, per_role=True)) + 0.5) < 1e-12
+    # KL: reference log-prob q = lp + log 2 on the REHEARSE token only: exp(log 2) - log 2 - 1
+    ref = [lp[0], lp[1], lp[2] + torch.log(torch.tensor(2.0))]
+    kl = 2 - float(torch.log(torch.tensor(2.0))) - 1
+    got = rolewise_grpo_loss(lp, adv, roles, trained, beta=0.1, ref_logps=ref)
+    assert abs(float(got) - (-0.5 + 0.1 * kl / 3)) < 1e-7
+    # the clip: old log-probs 0.5 lower → ratio e^0.5 ≈ 1.65; with A > 0 the clipped 1.2 wins
+    old = [t - 0.5 for t in lp]
+    got = rolewise_grpo_loss(lp[:1], adv[:1], roles[:1], trained[:1], old_logps=old[:1])
+    assert abs(float(got) + 1.2) < 1e-7
+    with pytest.raises(ValueError, match="ref_logps"):
+        rolewise_grpo_loss(lp, adv, roles, trained, beta=0.1)
+
+
+def six_trajs(tok):
     x, y = task_("x"), task_("y")
-    trajs = {
+    return {
         "x": [make_traj(tok, x, 0, [("cd docs", ["ok"])], 1.0),
             make_traj(tok, x, 1, [("ls", ["a b", "c"]), ("cat a", ["text of a"])], 0.25),
             make_traj(tok, x, 2, [("mkdir t", ["done"]), ("mv a t", ["moved"]), ("", [])], 0.5)],
@@ -242,20 +277,81 @@ def test_packed_rows_match_one_row_per_output_gradient(tok, tmp_path, aggregatio
             make_traj(tok, y, 1, [("rm b", ["removed"])], None, valid=False),  # judge failed
             make_traj(tok, y, 2, [("echo hi", ["hi"])], 0.0)],
     }
-    trainer, model, inputs = tiny_trainer(tmp_path, trajs, aggregation=aggregation, ga=2)
+
+
+def _nudge(model, seed):
+    """Move the trainable weights off the frozen copy, so that the KL term is not zero."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+
+
+@pytest.mark.parametrize("mode", ["shared", "per_role"])
+@pytest.mark.parametrize("aggregation", ["output_mean", "token_mean"])
+def test_trainer_loss_and_gradient_equal_rolewise_grpo_loss(tok, tmp_path, mode, aggregation):
+    trajs = six_trajs(tok)
+    beta = 0.04
+    trainer, model, inputs = tiny_trainer(tmp_path, trajs, mode=mode, aggregation=aggregation,
+                                          ga=2, beta=beta)
+    _nudge(model, 1)
+    models = {A: model, R: model}
+    if mode == "per_role":
+        _nudge(trainer.rehearse_model, 2)
+        models[R] = trainer.rehearse_model
+    params = [p for m in {id(m): m for m in models.values()}.values()
+              for p in m.parameters() if p.requires_grad]
+
+    def grad():
+        return torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel())
+                          for p in params])
+
     batch = trainer._generate_and_score_completions(inputs)
+    rec = trainer.last_record
+    for p in params:
+        p.grad = None
+    got_loss = 0.0
+    for chunk in split_tensor_dict(shuffle_sequence_dict(batch), 2):  # two accumulation steps
+        loss = trainer.compute_loss(model, chunk)
+        loss.backward()
+        got_loss += float(loss.detach())
+    got = grad()
+    for p in params:
+        p.grad = None
+    want_loss = reference_loss(models, [t for ts in trajs.values() for t in ts], rec, aggregation,
+                               per_role=mode == "per_role", beta=beta, ref=trainer.frozen_model)
+    want_loss.backward()
+    want = grad()
+    assert want.norm() > 0 and abs(float(want_loss)) > 0
+    assert abs(got_loss - float(want_loss)) < 1e-6
+    assert float((got - want).abs().max() / want.norm()) < 1e-5
+
+
+def test_packed_rows_count_and_padding(tok, tmp_path):
+    trainer, _model, inputs = tiny_trainer(tmp_path, six_trajs(tok), ga=2)
+    trainer._generate_and_score_completions(inputs)
     rec = trainer.last_record
     # x: 2 + 4 + 3 rows; y: 2 + 2 + 2, less the 2 of the masked trajectory → 13, padded to 14
     assert rec.rows == 13 and rec.pad_rows == 1
     assert rec.advantages.abs().sum() > 0
-    model.zero_grad()
-    for chunk in split_tensor_dict(shuffle_sequence_dict(batch), 2):  # two accumulation steps
-        trainer.compute_loss(model, chunk).backward()
-    packed = flat_grad(model)
-    want = reference_grad(model, [t for ts in trajs.values() for t in ts], rec.advantages,
-                          rec.trained, aggregation)
-    assert want.norm() > 0
-    assert float((packed - want).abs().max() / want.norm()) < 1e-5
+
+
+def test_act_only_trajectory_baseline_in_the_trainer(tok, tmp_path):
+    # task x: τ0 R=1 with two ACT turns, τ1 R=0 with one. Only ACT is trained (act_only).
+    x = task_("x")
+    trajs = {"x": [make_traj(tok, x, 0, [("ls", ["a"]), ("cat a", ["text"])], 1.0),
+                   make_traj(tok, x, 1, [("pwd", ["/"])], 0.0)]}
+    for baseline, want in (("trajectories", [0.5, 0.0, 0.5, 0.0, -0.5, 0.0]),
+                           ("outputs", [1 / 3, 0.0, 1 / 3, 0.0, -2 / 3, 0.0])):
+        trainer, _model, inputs = tiny_trainer(tmp_path / baseline, trajs, mode="act_only_real",
+                                               **{"grpo.act_only_baseline": baseline})
+        trainer._generate_and_score_completions(inputs)
+        # outputs: act, rehearse, act, rehearse (τ0), act, rehearse (τ1); REHEARSE untrained → 0
+        assert close(trainer.last_record.advantages, want)
+    keys, returns = output_trajectories(trajs["x"])
+    assert keys == [("toy", "x", 0)] * 4 + [("toy", "x", 1)] * 2
+    assert returns.tolist() == [1.0] * 4 + [0.0] * 2
 
 
 def rehearse_only(batch):

@@ -24,7 +24,7 @@ from envace_lite.micro import (
 )
 from envace_lite.models import load_policy
 from envace_lite.rollout import chat_glue
-from envace_lite.sft import build_transcripts, encode_act, encode_rehearse, training_tasks
+from envace_lite.transcripts import build_transcripts, encode_act, encode_rehearse, training_tasks
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_micro_profile_policy_and_budget(micro_cfg):
     """The cached profile tokenizer: 4,096 ids; training rows average at most 512 tokens and all
     fit the SFT max length; held-out (test) first ACT prompts, never in its corpus, too."""
     from envace_lite import protocol
-    from envace_lite.sft import heldout_tasks
+    from envace_lite.transcripts import heldout_tasks
 
     tok = micro_tokenizer(micro_cfg)
     assert len(tok) == micro_cfg.model.vocab_size

@@ -308,7 +308,7 @@ def test_sampling_is_seeded_and_logprobs_match_a_forward_pass(tok, lively):
         assert torch.allclose(torch.tensor(out.logprobs), want, atol=1e-4)
 
 
-# ---- the prefix cache (issue 7) -----------------------------------------------------------------
+# ---- the prefix cache --------------------------------------------------------------------------
 def test_prefix_cache_lookup_add_evict():
     cache = PrefixCache(max_tokens=10)
     kv = lambda n, x: [(torch.full((1, 2, n, 3), float(x)), torch.full((1, 2, n, 3), -float(x)))]

@@ -21,8 +21,7 @@ from envace_lite.rewards import (
     output_valid,
     score_trajectories,
 )
-from envace_lite.rollout import Output, Step, Trajectory
-from envace_lite.types import ChecklistItem, Observation, Task, ToolCall
+from envace_lite.types import ChecklistItem, Observation, Output, Step, Task, ToolCall, Trajectory
 
 # Turn 0: weather in Paris, said to the user; turn 1: the model should ask, not call.
 TURN0 = [

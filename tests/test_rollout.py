@@ -119,11 +119,10 @@ def test_packed_history_decodes_to_the_template_rendering(tok, cap):
 def test_smollm2_glue_when_cached():
     from transformers import AutoTokenizer
 
-    from envace_lite.models import _STAMP
-    from envace_lite.paths import cache_dir
+    from envace_lite.paths import CACHE_STAMP, cache_dir
 
     folder = cache_dir("models") / "smollm2-135m"
-    if not (folder / _STAMP).exists():
+    if not (folder / CACHE_STAMP).exists():
         pytest.skip("SmolLM2 HF folder not cached (built by models.smollm2_hf_dir)")
     tok = AutoTokenizer.from_pretrained(folder)
     g = chat_glue(tok)
@@ -353,6 +352,22 @@ def test_grounding_drop_is_seeded_per_trajectory(tok):
     assert pattern(0.0, 0) == ["gold"] * 8 and pattern(1.0, 0) == ["none"] * 8
     half = pattern(0.5, 3)
     assert half == pattern(0.5, 3) and set(half) == {"gold", "none"}
+
+
+@pytest.mark.parametrize("scope", ["task", "seen"])
+def test_grounding_scope_hides_future_user_turns(tok, scope):
+    # two user turns; the gold result of turn 0 says 18C, that of turn 1 says 25C
+    task = toy_task(2)
+    task.grounding = [[{"call": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                        "observation": {"content": f'{{"temp": "{t}"}}', "error": False}}]
+                      for t in ("18C", "25C")]
+    (t,), gen = run(tok, [CALL, "ok", CALL, "ok"], (RESULT, RESULT), tasks=[task],
+                    cfg=cfg_(grounding_scope=scope))
+    reh = [tok.decode(p) for role, ps in gen.calls if role == "rehearse" for p in ps]
+    assert len(reh) == 2 and t.user_turns_reached == 2
+    # turn 0's REHEARSE sees turn 1's result only with the whole task's grounding
+    assert "18C" in reh[0] and ("25C" in reh[0]) == (scope == "task")
+    assert "18C" in reh[1] and "25C" in reh[1]  # in turn 1 both are current or earlier
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,14 +160,14 @@ def test_importance_weights_truncate_or_mask():
         importance_weights(train, sampled, 3.0, "sequence_mask")
 
 
-def test_grpo_args_switch_on_vllm_only_when_asked():
+def test_grpo_args_switch_on_vllm_only_when_asked(tmp_path):
     from envace_lite.train import grpo_args, per_device_batch
 
-    hf = grpo_args(get_config("smoke"), "/tmp/unused")
+    hf = grpo_args(get_config("smoke"), tmp_path)
     assert not hf.use_vllm and not hf.bf16
     cfg = get_config("smoke", {"rollout.generation_backend": "vllm_server",
                                "rollout.vllm_server_url": "http://10.0.0.1:8000"})
-    args = grpo_args(cfg, "/tmp/unused")
+    args = grpo_args(cfg, tmp_path)
     assert args.use_vllm and args.vllm_mode == "server"
     assert args.vllm_server_base_url == "http://10.0.0.1:8000"
     assert args.vllm_importance_sampling_correction

@@ -1,4 +1,4 @@
-"""Warm-start transcripts and SFT (issue 8): train split only, real observations, rollout formats.
+"""Warm-start transcripts and SFT: train split only, real observations, rollout formats.
 
 Default tier: offline, CPU. The end-to-end test runs the smoke profile's whole warm-start path
 (transcripts → SFT 2 steps → checkpoint → load_policy → generation → committed execution).
@@ -18,16 +18,14 @@ from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
 from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.rollout import rollout
-from envace_lite.sft import (
-    CHECKPOINT,
+from envace_lite.sft import CHECKPOINT, sft_rows, warmstart
+from envace_lite.transcripts import (
     build_transcripts,
     encode_act,
     encode_rehearse,
-    sft_rows,
     split_sft_rl,
     training_tasks,
     truncate_user_turns,
-    warmstart,
 )
 from envace_lite.types import Task
 

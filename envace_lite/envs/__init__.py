@@ -1,4 +1,5 @@
-"""Real benchmark environments behind one interface (DESIGN §3, §7, §8).
+"""Real benchmark environments behind one interface (docs/design.md, "Env" and "Benchmarks
+and training data").
 
 Suites (the name says the protocol):
 

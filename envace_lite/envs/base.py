@@ -1,4 +1,4 @@
-"""The environment interface shared by every benchmark adapter (DESIGN §8, "Env").
+"""The environment interface shared by every benchmark adapter (docs/design.md, "Env").
 
 An ``Env`` is bound to one task of one suite (``make_env(suite, task_id)``). It executes tool
 calls for real, on the benchmark's own backend, and scores an episode with the benchmark's own
@@ -47,7 +47,7 @@ class GoldTurn:
 
 
 class Env(abc.ABC):
-    """A real benchmark environment bound to one task (DESIGN §8).
+    """A real benchmark environment bound to one task (docs/design.md, "Env").
 
     Subclasses set ``suite`` and ``task_id`` and keep ``real_calls`` up to date in ``step``.
     """

@@ -1,4 +1,5 @@
-"""BFCL v4 multi-turn as an ``Env``: real backends, BFCL's checker, a safe call path (DESIGN §7).
+"""BFCL v4 multi-turn as an ``Env``: real backends, BFCL's checker, a safe call path
+(docs/design.md, "Benchmarks and training data").
 
 Four suites, one per BFCL v4 multi-turn category (200 entries each, 1-8 scripted user turns):
 ``bfcl-base``, ``bfcl-miss_func``, ``bfcl-miss_param`` and ``bfcl-long_context``. Everything is

