@@ -46,14 +46,13 @@ JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 def resolve_config(profile: str, override_files: list[str], sets: list[str],
                    extra: dict[str, Any] | None = None) -> Any:
     """``get_config(profile, files in order, then extra, then --set)``: what every rank builds."""
-    from envace_lite.cli import _parse_overrides
-    from envace_lite.config import get_config, load_overrides
+    from envace_lite.config import get_config, load_overrides, parse_overrides
 
     overrides: dict[str, Any] = {}
     for f in override_files:
         overrides |= load_overrides(f)
     overrides |= extra or {}
-    overrides |= _parse_overrides(sets)
+    overrides |= parse_overrides(sets)
     return get_config(profile, overrides)
 
 
