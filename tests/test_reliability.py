@@ -300,3 +300,148 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
     assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
         "t0", "t1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8: typed config overrides (--set), one-line CLI errors, no run dir before validation
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("item,message", [
+    ("grpo.learning_rate=abc", "grpo.learning_rate='abc': expected float > 0"),
+    ("grpo.learning_rate=0", "grpo.learning_rate=0: expected float > 0"),
+    ("eval.limit=-1", "eval.limit=-1: expected int >= 0"),
+    ("eval.limit=2.5", "eval.limit=2.5: expected int >= 0"),
+    ("grpo.num_generations=1", "grpo.num_generations=1: expected int >= 2"),
+    ("rollout.grounding_drop_p=1.5", "rollout.grounding_drop_p=1.5: expected float >= 0 and <= 1"),
+    ("eval.repeats=true", "eval.repeats=True: expected int >= 1"),
+    ("grpo.suites=3", "grpo.suites=3: expected list[str]"),
+    ("grpo.nope=1", "unknown config key 'grpo.nope'"),
+    ("limit", "--set 'limit': use group.field=value"),
+])
+def test_typed_overrides_name_key_value_and_expectation(item, message):
+    from envace_lite.config import ConfigError, parse_overrides
+
+    with pytest.raises(ConfigError) as err:
+        parse_overrides([item])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_typed_overrides_convert_by_the_field_type():
+    from envace_lite.config import get_config, parse_overrides
+
+    got = parse_overrides(["grpo.learning_rate=1e-5", "eval.limit=3", "eval.user_model=123",
+                           'grpo.suites=["bfcl-base"]', "rehearsal.write_gate=true",
+                           "grpo.beta=0", 'model.checkpoint="a b"'])
+    assert got == {"grpo.learning_rate": 1e-5, "eval.limit": 3, "eval.user_model": "123",
+                   "grpo.suites": ["bfcl-base"], "rehearsal.write_gate": True, "grpo.beta": 0.0,
+                   "model.checkpoint": "a b"}
+    assert isinstance(got["grpo.beta"], float)
+    cfg = get_config("smoke", {"eval.limit": "4", "grpo.learning_rate": 2})  # lax, then checked
+    assert (cfg.eval.limit, cfg.grpo.learning_rate) == (4, 2.0)
+
+
+def test_scaled_launch_uses_the_typed_parser():
+    import sys
+
+    from envace_lite.config import ConfigError
+    from envace_lite.paths import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "scaled"))
+    try:
+        import launch
+    finally:
+        sys.path.pop(0)
+    assert "_parse_overrides" not in (REPO_ROOT / "scaled" / "launch.py").read_text()
+    with pytest.raises(ConfigError, match="grpo.learning_rate='abc'"):
+        launch.resolve_config("smoke", [], ["grpo.learning_rate=abc"])
+    assert launch.resolve_config("smoke", [], ["grpo.steps=3"]).grpo.steps == 3
+
+
+def _no_model(monkeypatch):
+    import envace_lite.models as models
+
+    def boom(*a, **k):
+        raise AssertionError("no model may load")
+
+    monkeypatch.setattr(models, "load_policy", boom)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", "--profile", "smoke", "--set", "grpo.learning_rate=abc"],
+     "error: grpo.learning_rate='abc': expected float > 0"),
+    (["train", "--profile", "nope"], "error: unknown profile 'nope'"),
+    (["eval", "--profile", "smoke", "--limit", "-1"], "error: eval.limit=-1: expected int >= 0"),
+    (["train", "--profile", "smoke", "--set", "grpo.prompts_per_step=3",
+      "--set", "grpo.gradient_accumulation_steps=4"], "error: prompts_per_step × num_generations"),
+])
+def test_cli_user_mistake_is_one_line_exit_2_and_no_run_dir(tmp_path, monkeypatch, args,
+                                                             message):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    _no_model(monkeypatch)
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    run_dir = tmp_path / "run"
+    extra = ["--run-dir", str(run_dir)] if args[0] == "train" else ["--out", str(run_dir)]
+    res = CliRunner().invoke(app, [*args, *extra])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), res.output
+    assert "Traceback" not in res.output
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+    debug = CliRunner().invoke(app, ["--debug", *args, *extra])
+    assert debug.exit_code != 0 and isinstance(debug.exception, ValueError)  # the traceback
+
+
+def test_sigterm_hint_names_the_cli_resume_command(tmp_path):
+    from envace_lite.config import get_config
+    from envace_lite.train import resume_hint
+
+    hint = resume_hint(get_config("smoke"), tmp_path)
+    assert hint.startswith(f"envace-lite train --profile smoke --run-dir {tmp_path}")
+    assert "train(" not in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# 9: notebook parameters are checked for type, and before any kernel starts
+# ---------------------------------------------------------------------------------------------
+
+def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_path,
+                                                                             monkeypatch):
+    from typer.testing import CliRunner
+
+    import envace_lite.notebooks as nbs
+    from envace_lite.cli import app
+
+    def no_kernel(*a, **k):
+        raise AssertionError("no kernel may start")
+
+    monkeypatch.setattr(nbs, "run_notebook", no_kernel)
+    out = tmp_path / "series"
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "nope", "--out", str(out)])
+    assert res.exit_code == 2 and res.output.startswith("error: unknown profile 'nope'")
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
+                                   "-p", "task_index=abc", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: notebook parameter task_index='abc': expected int")
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
+                                   "-p", "02:task_index=1.5", "--out", str(out)])
+    assert res.exit_code == 2 and "task_index=1.5: expected int" in res.output
+    assert not out.exists()
+
+
+def test_check_params_checks_names_and_types_from_the_parameters_cell():
+    from envace_lite.config import ConfigError
+    from envace_lite.course import check_params
+    from envace_lite.notebooks import parameters_of
+    from envace_lite.paths import REPO_ROOT
+
+    defaults = parameters_of(REPO_ROOT / "notebooks" / "02_act_and_rehearse.ipynb")
+    assert check_params(dict(defaults), "02_act_and_rehearse") == defaults
+    with pytest.raises(ConfigError, match=r"^notebook parameter task_index='abc': expected int"):
+        check_params({**defaults, "task_index": "abc"}, "02_act_and_rehearse")
+    with pytest.raises(ConfigError, match="seed=True: expected int"):
+        check_params({**defaults, "seed": True}, "02_act_and_rehearse")
+    with pytest.raises(KeyError, match="unknown notebook parameter"):
+        check_params({**defaults, "task_indx": 1}, "02_act_and_rehearse")
