@@ -335,7 +335,8 @@ class Config:
         """Compute derived values and check consistency, in one place.
 
         Raises:
-            ValueError: on an unknown enumeration value.
+            ConfigError: on an unknown enumeration value, or generation caps that leave no
+                prompt budget (a ``ValueError``).
         """
         checks = {
             "model.kind": (self.model.kind, {"tiny", "micro", "gguf", "hub"}),
@@ -364,6 +365,10 @@ class Config:
             self.rollout.max_prompt_tokens,
             self.model.context_window - self.rollout.max_new_tokens_act,
         )
+        if self.rollout.max_prompt_tokens < 1:
+            raise ConfigError(f"rollout.max_new_tokens_act={self.rollout.max_new_tokens_act}: "
+                              f"expected < model.context_window={self.model.context_window} "
+                              "(no prompt would fit)")
         return self
 
     def to_dict(self) -> dict[str, Any]:
