@@ -2,7 +2,8 @@
 
 Every notebook opens with the same four cells (STYLE rule 11): title and goals, ``versions()``, the
 ``parameters`` cell, and a config cell that calls ``check_parameters`` (papermill only warns about a
-misspelled parameter; this raises) and ``stage_dir`` (the notebook's output folder, with its
+misspelled parameter; this raises; ``check_params`` also checks each value against the type of its
+default) and ``stage_dir`` (the notebook's output folder, with its
 ``config.json``). In their bodies notebooks use ``artifact`` (an earlier notebook's output, through
 ``artifacts_dir``), ``check_exercise`` (a check cell that never raises) and ``gold_script`` /
 ``gold_rollout``: a SCRIPTED policy that replays a task's gold calls through the real engine,

@@ -684,7 +684,9 @@ def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monke
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
     assert last_checkpoint(tmp_path).name == "checkpoint-2"
     assert "trajectory ended by an error (rehearse prompt of call 0: UnicodeError" in caplog.text
-    assert seen["act"] >= len(act)  # every worst output was played
+    # two steps of K=2 play 7 ACT outputs: BOOM and all worst outputs but the last (an unclosed
+    # call with special-token text, played by the eval below and the fuzz test)
+    assert seen["act"] >= len(act) - 1
 
 
 def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypatch, caplog):
