@@ -16,9 +16,15 @@ Commands::
     envace-lite notebooks --profile smoke --only 00,01  # the course, headless (papermill)
 
 Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
+
+A user mistake (an unknown profile or key, a ``--set`` value of the wrong type or out of range,
+an ``--out`` holding another config) prints one line, ``error: ...``, and exits 2 before any run
+dir is created or model loaded; ``envace-lite --debug CMD ...`` shows the traceback instead. A
+judge that does not answer exits 1 the same way.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -26,7 +32,7 @@ from typing import Any
 
 import typer
 
-from envace_lite.config import Config, get_config
+from envace_lite.config import Config, ConfigError, check_profile, get_config, parse_overrides
 from envace_lite.progress import get_logger, progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -36,12 +42,48 @@ app.add_typer(data_app, name="data")
 log = get_logger("envace_lite.cli")
 
 
-def _parse_overrides(items: list[str]) -> dict:
+_STATE = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show the traceback of a user "
+                                     "mistake instead of one line")) -> None:
+    """envace-lite: EnvACE world rehearsal, on a laptop."""
+    _STATE["debug"] = debug
+
+
+def _cli_errors(fn):
+    """User mistakes (``ConfigError``) print one line and exit 2; a judge that does not answer
+    (``rewards.JudgeUnavailable``) exits 1; ``--debug`` re-raises both with the traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as e:
+            if _STATE["debug"]:
+                raise
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        except RuntimeError as e:
+            from envace_lite.rewards import JudgeUnavailable
+
+            if _STATE["debug"] or not isinstance(e, JudgeUnavailable):
+                raise
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _parse_params(items: list[str]) -> dict:
+    """Notebook ``--param name=value``: the value as JSON, else as text (the notebooks' own
+    declared types check it, ``notebooks.check_series_params``)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"--set {item!r}: use group.field=value")
+        if not sep or not key:
+            raise ConfigError(f"--param {item!r}: use name=value or NN:name=value")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -63,21 +105,26 @@ def resolve_config(profile: str, files: list[str], sets: list[str],
         ``get_config(profile, overrides)``, finalized.
 
     Raises:
-        typer.BadParameter: a ``--set`` item without ``=``. ValueError: an unknown key or value
-        (``config.apply_overrides``, ``Config.finalize``).
+        ConfigError: an unreadable overrides file, or a ``--set`` item that is malformed, names
+        an unknown key or has a value of the wrong type or range (``config.parse_overrides``).
+        ValueError: an invalid combination (``Config.finalize``).
     """
     from envace_lite.config import load_overrides
 
     overrides: dict[str, Any] = {}
     for f in files:
-        overrides |= load_overrides(f)
+        try:
+            overrides |= load_overrides(f)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--overrides {f}: {e}") from None
     overrides |= extra or {}
-    overrides |= _parse_overrides(sets)
+    overrides |= parse_overrides(sets)
     overrides |= final or {}
     return get_config(profile, overrides)
 
 
 @app.command("eval")
+@_cli_errors
 def eval_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
@@ -99,6 +146,9 @@ def eval_cmd(
     user_model: str = typer.Option("", help="model name at --user-url"),
     out: str = typer.Option("", help="results folder; a rerun into it skips finished rows "
                             "('' = a new runs/eval/<profile>__s<seed>__<time>/)"),
+    force_new_config: bool = typer.Option(
+        False, help="accept an --out holding rows of another config: this config's rows are "
+        "added beside them, under their own config hash (config.json is kept)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Committed execution, optionally after private rehearsal; writes results.jsonl,
@@ -108,9 +158,13 @@ def eval_cmd(
     from envace_lite.evaluate import (
         as_policy,
         budget_sweep,
+        check_out,
         evaluate,
         format_table,
+        policy_label,
         read_rows,
+        result_config,
+        save_config,
         summarize_runs,
         table3,
         usage_table,
@@ -119,7 +173,7 @@ def eval_cmd(
     from envace_lite.paths import new_run_dir
 
     overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
-                 **_parse_overrides(set_)}
+                 **parse_overrides(set_)}
     for key, value in (("eval.limit", limit), ("eval.repeats", repeats), ("rehearsal.n", n),
                        ("eval.decoding", decoding)):
         if value is not None:
@@ -133,20 +187,28 @@ def eval_cmd(
     if user_url:
         overrides.update({"eval.user_url": user_url, "eval.user_model": user_model})
     cfg = get_config(profile, overrides)
+    if out:  # an --out of another config is refused before anything is written into it
+        mode = cfg.rehearsal.mode
+        label = policy_label("", cfg)
+        check_out(out, result_config(cfg, label, "" if mode == "none" else policy_label(
+            cfg.rehearsal.policy or "", cfg), mode, cfg.rehearsal.n if mode != "none" else 0,
+            seed), force=force_new_config)
     run_dir = Path(out) if out else new_run_dir("eval", profile, seed, cfg.run.runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg.save(run_dir)
+    save_config(run_dir, cfg)
     start = time.perf_counter()
     suites = suite or cfg.eval.suites
     if sweep:
         from envace_lite.plotting import plot_budget_sweep
 
-        points = budget_sweep(as_policy("", cfg, seed), suites, cfg=cfg, out=run_dir, seed=seed)
+        points = budget_sweep(as_policy("", cfg, seed), suites, cfg=cfg, out=run_dir, seed=seed,
+                              force_new_config=force_new_config)
         (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
         plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
     else:
         mode = cfg.rehearsal.mode
-        evaluate("", suites, None if mode == "none" else mode, cfg=cfg, out=run_dir, seed=seed)
+        evaluate("", suites, None if mode == "none" else mode, cfg=cfg, out=run_dir, seed=seed,
+                 force_new_config=force_new_config)
     rows = read_rows(run_dir / "results.jsonl")
     write_summary(run_dir, rows)
     typer.echo(format_table(rows))
@@ -156,6 +218,7 @@ def eval_cmd(
 
 
 @app.command("fidelity")
+@_cli_errors
 def fidelity_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
@@ -176,7 +239,7 @@ def fidelity_cmd(
     from envace_lite.fidelity import audit
     from envace_lite.paths import new_run_dir
 
-    overrides = {"run.seed": seed, **_parse_overrides(set_)}
+    overrides = {"run.seed": seed, **parse_overrides(set_)}
     if checkpoint:
         overrides["model.checkpoint"] = checkpoint
     cfg = get_config(profile, overrides)
@@ -197,6 +260,7 @@ def fidelity_cmd(
 
 
 @app.command("check-benchmarks")
+@_cli_errors
 def check_benchmarks(
     suite: list[str] = typer.Option(..., help="suite(s) to check"),
     split: str = typer.Option("all", help="train | test | all"),
@@ -280,6 +344,8 @@ def _drill_errors(fn):  # bad input: one line naming the valid choices, exit 2
         try:
             return fn(*args, **kwargs)
         except (KeyError, ValueError, FileNotFoundError) as e:
+            if _STATE["debug"]:
+                raise
             typer.echo(f"error: {e.args[-1] if e.args else e}", err=True)
             raise typer.Exit(2) from None
 
@@ -397,6 +463,7 @@ def drills_report(
 
 
 @data_app.command("build")
+@_cli_errors
 def data_build(
     suite: list[str] = typer.Option(..., help="suite(s)"),
     split: str = typer.Option("all", help="train | test | all"),
@@ -414,6 +481,7 @@ def data_build(
 
 
 @data_app.command("card")
+@_cli_errors
 def data_card_cmd(
     suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
 ) -> None:
@@ -427,6 +495,7 @@ def data_card_cmd(
 
 
 @app.command("train")
+@_cli_errors
 def train_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     mode: str | None = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
@@ -452,6 +521,7 @@ def train_cmd(
 
 
 @app.command("warmstart")
+@_cli_errors
 def warmstart_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     seed: int = typer.Option(0, help="run seed"),
@@ -462,7 +532,7 @@ def warmstart_cmd(
     """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
     from envace_lite.sft import CHECKPOINT, warmstart
 
-    cfg = get_config(profile, {"run.seed": seed, **_parse_overrides(set_)})
+    cfg = get_config(profile, {"run.seed": seed, **parse_overrides(set_)})
     start = time.perf_counter()
     out = warmstart(cfg, run_dir or None, measure=measure)
     summary = json.loads((out / "summary.json").read_text())
@@ -475,6 +545,7 @@ def warmstart_cmd(
 
 
 @app.command("experiment")
+@_cli_errors
 def experiment_cmd(
     profile: str = typer.Option("micro", help="smoke | micro | laptop"),
     seed: int = typer.Option(0, help="run seed (SFT, if run here, and GRPO)"),
@@ -493,7 +564,7 @@ def experiment_cmd(
     from envace_lite.experiment import run_experiment
     from envace_lite.paths import new_run_dir
 
-    overrides = {"run.seed": seed, **_parse_overrides(set_)}
+    overrides = {"run.seed": seed, **parse_overrides(set_)}
     if mode is not None:
         overrides["grpo.mode"] = mode
     if steps is not None:
@@ -509,6 +580,7 @@ def experiment_cmd(
 
 
 @app.command("notebooks")
+@_cli_errors
 def notebooks_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     only: str = typer.Option("", help="comma-separated notebook prefixes, e.g. 00,02 ('' = all)"),
@@ -525,9 +597,10 @@ def notebooks_cmd(
     and an index page; a failed cell stops the series and names the notebook and the cell."""
     from envace_lite.notebooks import NotebookFailed, run_series
 
+    check_profile(profile)  # before any kernel starts
     names = [s.strip() for s in only.split(",") if s.strip()] or None
     parameters: dict = {}
-    for key, value in _parse_overrides(param).items():
+    for key, value in _parse_params(param).items():
         nb, sep, name = key.partition(":")
         if sep:
             parameters.setdefault(nb, {})[name] = value
@@ -536,6 +609,10 @@ def notebooks_cmd(
     try:
         series = run_series(profile, names, out or None, parameters, seed=seed,
                             cell_timeout=cell_timeout or None, timeout=timeout or None)
+    except (KeyError, ValueError) as e:  # unknown notebooks or parameters: before any kernel
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(e.args[0] if e.args else str(e)) from None
     except NotebookFailed as e:
         typer.echo(f"FAILED: {e}\nindex: {e.series_dir / 'index.html'}", err=True)
         sys.exit(1)

@@ -152,6 +152,8 @@ class Episode:
         act_history_len: ``len(history)`` right after the last ACT reply; the messages after it
             join ``act_ids`` as template glue.
         act_tools: the tool schemas the prompt was rendered with.
+        error: set when an exception in this episode's own work (its prompt, its rehearsal, its
+            env step) ended it (``stop_reason="error"``); "" otherwise.
         The counters are the row's keys (``run_committed``).
     """
 
@@ -187,6 +189,7 @@ class Episode:
     act_tools: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
+    error: str = ""
 
     @property
     def live(self) -> bool:
@@ -296,8 +299,41 @@ def _finish(ep: Episode, cfg: Config, mode: str, n: int) -> dict[str, Any]:
         "rehearsal_decoding": cfg.rehearsal.decoding if mode != "none" else "",
         "write_gate": ep.gate is not None, "gated_calls": ep.gated_calls, "grounding": "none",
         "rendering": cfg.rollout.rendering, "decoding": cfg.eval.decoding,
-        "seconds": round(ep.seconds, 2), "details": _jsonable(details),
+        "seconds": round(ep.seconds, 2), "error": ep.error, "details": _jsonable(details),
     }
+
+
+def _fail(ep: Episode, where: str, exc: BaseException) -> None:
+    """End one episode on an exception in its own work; its row records it."""
+    ep.stop_reason, ep.error = "error", f"{where}: {type(exc).__name__}: {exc}"[:500]
+    ep.events.append({"kind": "error", "error": ep.error})
+    log.warning("%s (repeat %d): episode ended by an error (%s)", ep.task_id, ep.repeat, ep.error)
+
+
+def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config, mode: str,
+                      n: int) -> None:
+    """``rehearse_turns`` on the batch, its records applied (``apply_rehearsal``); if it raises,
+    episode by episode, and an episode whose own rehearsal raises ends with an error (the others
+    are rehearsed as usual)."""
+    try:
+        records = rehearse_turns(todo, gen, tok, cfg, mode, n)
+    except Exception as exc:  # noqa: BLE001 (find the episode that failed; the rest go on)
+        if len(todo) == 1:
+            _fail(todo[0], "rehearsal", exc)
+            return
+        log.warning("a rehearsal batch of %d episodes failed (%r); rehearsing one by one",
+                    len(todo), exc)
+    else:
+        for ep, rec in zip(todo, records):
+            apply_rehearsal(ep, rec)
+        return
+    for ep in todo:
+        try:
+            (rec,) = rehearse_turns([ep], gen, tok, cfg, mode, n)
+        except Exception as exc:  # noqa: BLE001
+            _fail(ep, "rehearsal", exc)
+        else:
+            apply_rehearsal(ep, rec)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -361,7 +397,9 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         rehearsal, n, rehearsal_real_calls (0), rehearsal_tokens, rehearse_outputs,
         memory_tokens, feedback_parse_errors, empty_memories, truncated_memories, memories,
         rehearsal_seconds, rehearsal_decoding, write_gate, gated_calls, grounding ("none"),
-        rendering, decoding, seconds, details``.
+        rendering, decoding, seconds, error, details``. An exception in one episode's own work
+        (its ACT prompt, its rehearsal, its env step) ends that episode with
+        ``stop_reason="error"`` and ``error`` set; its row is written, the others go on.
     """
     mode = rehearsal or "none"
     if mode not in ("none",) + MODES:
@@ -384,13 +422,20 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         if mode != "none":
             todo = [ep for ep in episodes if ep.live and ep.needs_rehearsal]
             if todo:
-                for ep, rec in zip(todo, rehearse_turns(todo, rgen, rtok, cfg, mode, n)):
-                    apply_rehearsal(ep, rec)
+                _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
+                for i, ep in enumerate(episodes):
+                    if ep.stop_reason == "error" and i not in rows:
+                        finish(i, ep)
         live, prompt_ids = [], []
         for i, ep in enumerate(episodes):
             if not ep.live:
                 continue
-            ids = act_prompt(ep, tokenizer, cfg)
+            try:
+                ids = act_prompt(ep, tokenizer, cfg)
+            except Exception as exc:  # noqa: BLE001 (this episode ends; the batch goes on)
+                _fail(ep, "act prompt", exc)
+                finish(i, ep)
+                continue
             if len(ids) > budget:
                 ep.stop_reason = "context_budget"
                 log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
@@ -406,9 +451,12 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
                                   temperature=temperature, top_p=top_p)
         glue = chat_glue(tokenizer)
         for (i, ep), prompt, out in zip(live, prompt_ids, outs):
-            sampled = ids_with_stop(out, glue)
-            ep.act_ids, ep.act_stopped = prompt + sampled, len(sampled) > len(out.ids)
-            _step_episode(ep, out.text, cfg)
+            try:
+                sampled = ids_with_stop(out, glue)
+                ep.act_ids, ep.act_stopped = prompt + sampled, len(sampled) > len(out.ids)
+                _step_episode(ep, out.text, cfg)
+            except Exception as exc:  # noqa: BLE001 (this episode ends; the batch goes on)
+                _fail(ep, "act output", exc)
             if not ep.live:
                 finish(i, ep)
     bar.close()

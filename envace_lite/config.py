@@ -21,10 +21,23 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+class ConfigError(KeyError, ValueError):
+    """A user mistake in a config, an override or a parameter: the message is one line naming
+    the key, the value and what is expected. It is both a ``KeyError`` (unknown keys, as before)
+    and a ``ValueError`` (bad values), and prints without ``KeyError``'s quotes."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
@@ -195,6 +208,12 @@ class GRPOConfig:
     """Micro-batches per optimizer step (memory); the rows of one step are split evenly."""
     save_every: int = 1
     """Checkpoint every this many steps; 1 means a killed run loses no completed step."""
+    judge_mask_threshold: float = 0.5
+    """Judge health: a step whose share of masked trajectories (failed judge calls) is above this
+    counts as unhealthy; ``judge_mask_steps`` unhealthy steps in a row stop the run with an error
+    (a dead judge would otherwise train on nothing and exit 0)."""
+    judge_mask_steps: int = 2
+    """Judge health: consecutive unhealthy steps that stop the run."""
 
 
 @dataclass
@@ -330,7 +349,8 @@ class Config:
         """Compute derived values and check consistency, in one place.
 
         Raises:
-            ValueError: on an unknown enumeration value.
+            ConfigError: on an unknown enumeration value, or generation caps that leave no
+                prompt budget (a ``ValueError``).
         """
         checks = {
             "model.kind": (self.model.kind, {"tiny", "micro", "gguf", "hub"}),
@@ -349,9 +369,10 @@ class Config:
                                               {"policy", "hf"}),
             "rollout.grounding_scope": (self.rollout.grounding_scope, {"task", "seen"}),
         }
+        checks["rehearsal.decoding"] = (self.rehearsal.decoding, {"greedy", "sample"})
         for name, (value, allowed) in checks.items():
             if value not in allowed:
-                raise ValueError(f"{name}={value!r}: expected one of {sorted(allowed)}")
+                raise ConfigError(f"{name}={value!r}: expected one of {sorted(allowed)}")
         if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
             self.rollout.sync_generate_calls = True
         if (self.grpo.mode == "act_only" and self.model.lora_r > 0
@@ -368,13 +389,17 @@ class Config:
             raise ValueError(f"grpo.act_only_baseline={self.grpo.act_only_baseline!r} applies to "
                              f"the act_only modes only (grpo.mode={self.grpo.mode!r})")
         if self.grpo.judge == "llm" and not (self.grpo.judge_url and self.grpo.judge_model):
-            raise ValueError("grpo.judge='llm' needs grpo.judge_url and grpo.judge_model "
-                             "(scaled/launch.py judge starts one)")
+            raise ConfigError("grpo.judge='llm' needs grpo.judge_url and grpo.judge_model "
+                              "(scaled/launch.py judge starts one)")
         # the prompt budget can never exceed what the model can read
         self.rollout.max_prompt_tokens = min(
             self.rollout.max_prompt_tokens,
             self.model.context_window - self.rollout.max_new_tokens_act,
         )
+        if self.rollout.max_prompt_tokens < 1:
+            raise ConfigError(f"rollout.max_new_tokens_act={self.rollout.max_new_tokens_act}: "
+                              f"expected < model.context_window={self.model.context_window} "
+                              "(no prompt would fit)")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -526,23 +551,157 @@ OFFLINE_PROFILES = ("smoke", "micro", "laptop", "drills")
 """Profiles that need no model hub."""
 
 
+BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
+    "model.hidden_size": (1, None, "[]"), "model.num_layers": (1, None, "[]"),
+    "model.num_heads": (1, None, "[]"), "model.intermediate_size": (1, None, "[]"),
+    "model.vocab_size": (1, None, "[]"), "model.lora_r": (0, None, "[]"),
+    "model.lora_dropout": (0, 1, "[)"), "model.context_window": (1, None, "[]"),
+    "model.pretrain_epochs": (0, None, "[]"),
+    "rollout.max_turns": (1, None, "[]"), "rollout.max_prompt_tokens": (1, None, "[]"),
+    "rollout.max_new_tokens_act": (1, None, "[]"),
+    "rollout.max_new_tokens_rehearse": (1, None, "[]"),
+    "rollout.temperature": (0, None, "[]"), "rollout.top_p": (0, 1, "(]"),
+    "rollout.grounding_drop_p": (0, 1, "[]"), "rollout.compact_policy_chars": (0, None, "[]"),
+    "rollout.prefix_cache_tokens": (0, None, "[]"),
+    "rollout.vllm_gpu_memory_utilization": (0, 1, "(]"),
+    "rollout.vllm_importance_sampling_cap": (1, None, "[]"),
+    "grpo.num_generations": (2, None, "[]"), "grpo.prompts_per_step": (1, None, "[]"),
+    "grpo.steps": (0, None, "[]"), "grpo.learning_rate": (0, None, "(]"),
+    "grpo.beta": (0, None, "[]"), "grpo.epsilon": (0, None, "[]"),
+    "grpo.gradient_accumulation_steps": (1, None, "[]"), "grpo.save_every": (1, None, "[]"),
+    "grpo.judge_mask_threshold": (0, 1, "[]"), "grpo.judge_mask_steps": (1, None, "[]"),
+    "rehearsal.n": (1, None, "[]"), "rehearsal.memory_max_tokens": (1, None, "[]"),
+    "rehearsal.max_turns": (1, None, "[]"), "rehearsal.max_new_tokens_feedback": (1, None, "[]"),
+    "rehearsal.attempt_chars": (1, None, "[]"),
+    "eval.limit": (0, None, "[]"), "eval.repeats": (1, None, "[]"),
+    "eval.max_turns": (1, None, "[]"),
+    "warmstart.sft_share": (0, 1, "[]"), "warmstart.act_share": (0, 1, "[]"),
+    "warmstart.max_user_turns": (0, None, "[]"), "warmstart.token_budget": (0, None, "[]"),
+    "warmstart.max_length": (1, None, "[]"), "warmstart.epochs": (0, None, "(]"),
+    "warmstart.max_steps": (0, None, "[]"), "warmstart.learning_rate": (0, None, "(]"),
+    "warmstart.warmup_steps": (0, None, "[]"), "warmstart.batch_size": (1, None, "[]"),
+    "warmstart.logging_steps": (1, None, "[]"), "warmstart.eval_first_turns": (0, None, "[]"),
+    "run.seed": (0, None, "[]"),
+}
+"""Ranges of the numeric fields: ``key: (low, high, brackets)``, None for unbounded; ``"(]"``
+means low < value <= high. Counts are >= 1 (``eval.limit`` and ``grpo.steps`` take 0: all
+tasks / nothing left to train), K = ``num_generations`` >= 2 (a group of one has no baseline,
+paper §2.2), probabilities lie in [0, 1] and learning rates are > 0."""
+
+
+@functools.cache
+def _field_types(group_cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(group_cls)
+
+
+def field_type(key: str) -> Any:
+    """The annotated type of the config field ``"group.field"`` (e.g. ``float``, ``list[str]``).
+
+    Raises:
+        ConfigError: an unknown group or field, naming the valid ones.
+    """
+    group, _, name = key.partition(".")
+    groups = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "profile"}
+    hints = typing.get_type_hints(Config)
+    if not name or group not in groups:
+        raise ConfigError(f"unknown config key {key!r}: use 'group.field' with group in "
+                          f"{list(groups)}")
+    types = _field_types(hints[group])
+    if name not in types:
+        raise ConfigError(f"unknown config key {key!r}: {group} has {sorted(types)}")
+    return types[name]
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) if not typing.get_args(tp) else str(tp)
+
+
+def check_value(key: str, value: Any) -> Any:
+    """``value`` converted to the type of config field ``key`` and checked against ``BOUNDS``.
+
+    Conversion is pydantic's lax mode (``TypeAdapter``): ``"3"`` and ``3.0`` are an ``int``,
+    ``"1e-5"`` a ``float``, ``"true"`` a ``bool``; a path is a ``str``. ``"abc"`` is no float.
+
+    Returns:
+        The converted value.
+
+    Raises:
+        ConfigError: one line naming the key, the value and what is expected, e.g.
+            ``grpo.learning_rate='abc': expected a float > 0``.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    tp = field_type(key)
+    low, high, brackets = BOUNDS.get(key, (None, None, "[]"))
+    rng = []
+    if low is not None:
+        rng.append(f"{'>' if brackets[0] == '(' else '>='} {low:g}")
+    if high is not None:
+        rng.append(f"{'<' if brackets[1] == ')' else '<='} {high:g}")
+    expect = f"expected {_type_name(tp)}" + (f" {' and '.join(rng)}" if rng else "")
+    if tp is str and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if tp in (int, float) and isinstance(value, bool):  # True is no count or rate
+        raise ConfigError(f"{key}={value!r}: {expect}")
+    try:
+        out = TypeAdapter(tp).validate_python(value)
+    except ValidationError:
+        raise ConfigError(f"{key}={value!r}: {expect}") from None
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        if not math.isfinite(out):
+            raise ConfigError(f"{key}={value!r}: {expect} (finite)")
+        bad_low = low is not None and (out <= low if brackets[0] == "(" else out < low)
+        bad_high = high is not None and (out >= high if brackets[1] == ")" else out > high)
+        if bad_low or bad_high:
+            raise ConfigError(f"{key}={value!r}: {expect}")
+    return out
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Parse ``group.field=value`` strings (``--set``) into typed, checked overrides.
+
+    The text after ``=`` is read by the field's type: a ``str`` field takes it as written (a
+    JSON string literal such as ``"\"a b\""`` is unquoted), any other field as JSON (``1e-5``,
+    ``true``, ``["a", "b"]``), falling back to the text itself, and is then converted and checked
+    by ``check_value``. The CLI and ``scaled/launch.py`` call this before any run dir or model.
+
+    Returns:
+        ``{"group.field": value}`` in the order given.
+
+    Raises:
+        ConfigError: an item without ``=``, an unknown key, or a value of the wrong type or out
+            of range (one line naming key, value and expectation).
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: use group.field=value")
+        tp = field_type(key)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if tp is str and not isinstance(value, str):
+            value = text
+        out[key] = check_value(key, value)
+    return out
+
+
 def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
     """Set ``"group.field"`` keys on ``cfg`` (in place) and return it.
 
+    Each value is converted to the field's type and range-checked (``check_value``).
+
     Raises:
-        KeyError: on an unknown group or field, naming the valid ones (papermill only warns about
-            misspelled parameters, so every entry point goes through here).
+        ConfigError: on an unknown group or field, naming the valid ones (papermill only warns
+            about misspelled parameters, so every entry point goes through here), or on a value
+            of the wrong type or out of range. It is a ``KeyError`` and a ``ValueError``.
     """
     for key, value in overrides.items():
+        checked = check_value(key, value)
         group, _, name = key.partition(".")
-        sub = getattr(cfg, group, None)
-        if not name or not dataclasses.is_dataclass(sub):
-            groups = [f.name for f in dataclasses.fields(cfg) if f.name != "profile"]
-            raise KeyError(f"unknown config key {key!r}: use 'group.field' with group in {groups}")
-        names = {f.name for f in dataclasses.fields(sub)}
-        if name not in names:
-            raise KeyError(f"unknown config key {key!r}: {group} has {sorted(names)}")
-        setattr(sub, name, value)
+        setattr(getattr(cfg, group), name, checked)
     return cfg
 
 
@@ -562,16 +721,27 @@ def load_overrides(path: str | Path) -> dict[str, Any]:
     else:
         data = json.loads(text)
     if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path}: expected one flat mapping of 'group.field': value")
+        raise ConfigError(f"{path}: expected one flat mapping of 'group.field': value")
     return data
+
+
+def check_profile(profile: str) -> str:
+    """Return ``profile`` if it names a profile.
+
+    Raises:
+        ConfigError: an unknown profile, naming the valid ones.
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+    return profile
 
 
 def get_config(profile: str = "laptop", overrides: dict[str, Any] | None = None) -> Config:
     """Build the named profile, apply ``overrides`` and finalize.
 
     Raises:
-        KeyError: on an unknown profile or override key.
+        ConfigError: on an unknown profile or override key, or a value of the wrong type or out
+            of range (a ``KeyError`` and a ``ValueError``).
     """
-    if profile not in PROFILES:
-        raise KeyError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
+    check_profile(profile)
     return apply_overrides(PROFILES[profile](), overrides or {}).finalize()

@@ -2,7 +2,8 @@
 
 Every notebook opens with the same four cells: title and goals, ``versions()``, the
 ``parameters`` cell, and a config cell that calls ``check_parameters`` (papermill only warns about a
-misspelled parameter; this raises) and ``stage_dir`` (the notebook's output folder, with its
+misspelled parameter; this raises; ``check_params`` also checks each value against the type of its
+default) and ``stage_dir`` (the notebook's output folder, with its
 ``config.json``). In their bodies notebooks use ``artifact`` (an earlier notebook's output, through
 ``artifacts_dir``), ``check_exercise`` (a check cell that never raises) and ``gold_script`` /
 ``gold_rollout``: a SCRIPTED policy that replays a task's gold calls through the real engine,
@@ -101,6 +102,68 @@ def check_parameters(namespace: dict[str, Any], names: list[str] | tuple[str, ..
     if missing:
         raise KeyError(f"parameter(s) {missing} are not set: run the parameters cell first")
     return {n: namespace[n] for n in names}
+
+
+def check_param_type(name: str, value: Any, default: Any) -> Any:
+    """Check one notebook parameter against the type of its default in the ``parameters`` cell.
+
+    An ``int`` default takes an int (never a bool), a ``float`` default an int or a float, a
+    ``str``/``bool``/``list``/``dict`` default the same type; a ``None`` default anything.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        ConfigError: one line naming the parameter, the value and the expected type (a ``KeyError``
+            and a ``ValueError``), e.g. ``notebook parameter task_index='abc': expected int``.
+    """
+    from envace_lite.config import ConfigError
+
+    if default is None:
+        return value
+    kind = type(default)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ConfigError(f"notebook parameter {name}={value!r}: expected {kind.__name__} "
+                          f"(its default is {default!r})")
+    return value
+
+
+def check_params(namespace: dict[str, Any], notebook: str) -> dict[str, Any]:
+    """The parameters cell's check: names (``check_parameters``) and types, in one call.
+
+    The declared names and their types come from the committed notebook's own ``parameters``
+    cell (``notebooks.parameters_of``): each value must have its default's type
+    (``check_param_type``). A notebook's config cell calls
+    ``check_params(globals(), "02_act_and_rehearse")`` in place of ``check_parameters``.
+
+    Args:
+        namespace: the notebook's ``globals()``.
+        notebook: the notebook's stem, e.g. ``"02_act_and_rehearse"`` (under ``notebooks/``).
+
+    Returns:
+        ``{name: value}`` of the declared parameters.
+
+    Raises:
+        KeyError: an unknown or a missing parameter (as ``check_parameters``), or an unknown
+            notebook.
+        ConfigError: a parameter of the wrong type (also a ``KeyError``).
+    """
+    from envace_lite.notebooks import NOTEBOOKS_DIR, parameters_of
+
+    path = NOTEBOOKS_DIR / f"{notebook}.ipynb"
+    if not path.exists():
+        raise KeyError(f"no notebook {notebook!r} in {NOTEBOOKS_DIR.name}/")
+    defaults = parameters_of(path)
+    values = check_parameters(namespace, list(defaults))
+    for name, value in values.items():
+        check_param_type(name, value, defaults[name])
+    return values
 
 
 def runs_root() -> Path:

@@ -121,10 +121,129 @@ def policy_label(spec: Any, cfg: Config) -> str:
 # Runs
 # ---------------------------------------------------------------------------------------------
 
+PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy")
+"""Result-relevant settings that may differ between the rows of one results folder (a budget
+sweep writes N = 1, 2, 3 of both modes into one); every other key of ``result_config`` must
+agree across the folder (``check_out``)."""
+
+
+def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n: int,
+                  seed: int) -> dict[str, Any]:
+    """The settings that change an evaluation row's result, as a flat ``{"group.field": value}``.
+
+    Model and checkpoint (the acting policy's label and ``model.*`` that shape its outputs), the
+    split, decoding, rendering and prompt/generation limits, the turn limit, the write gate,
+    the sampling seed, and the rehearsal mode, N, rehearsing policy and, with rehearsal, its
+    decoding and budgets. Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
+    and ``eval.repeats`` (how many rows, not what a row holds), progress bars and paths.
+
+    Args:
+        cfg: the run config (after ``evaluate``'s overrides).
+        policy, rehearsal_policy: the labels of ``policy_label``.
+        mode: ``none``, ``parallel`` or ``sequential``; n: N (0 without rehearsal).
+        seed: the sampling seed of policies loaded by ``evaluate``.
+    """
+    m, ro, e, r = cfg.model, cfg.rollout, cfg.eval, cfg.rehearsal
+    out: dict[str, Any] = {
+        "policy": policy, "model.kind": m.kind, "model.name": m.name,
+        "model.checkpoint": m.checkpoint, "model.dtype": m.dtype,
+        "model.context_window": m.context_window, "eval.split": e.split,
+        "eval.decoding": e.decoding, "eval.max_turns": e.max_turns,
+        "eval.user_model": e.user_model, "rollout.rendering": ro.rendering,
+        "rollout.compact_policy_chars": ro.compact_policy_chars,
+        "rollout.max_prompt_tokens": ro.max_prompt_tokens,
+        "rollout.max_new_tokens_act": ro.max_new_tokens_act,
+        "rehearsal.write_gate": r.write_gate, "seed": seed,
+        "rehearsal.mode": mode, "rehearsal.n": n, "rehearsal.policy": rehearsal_policy}
+    if mode != "none":
+        out |= {"rehearsal.decoding": r.decoding, "rehearsal.max_turns": r.max_turns,
+                "rehearsal.memory_max_tokens": r.memory_max_tokens,
+                "rehearsal.max_new_tokens_feedback": r.max_new_tokens_feedback,
+                "rehearsal.attempt_chars": r.attempt_chars,
+                "rehearsal.feedback_system": r.feedback_system,
+                "rehearsal.memory_system": r.memory_system,
+                "rollout.max_new_tokens_rehearse": ro.max_new_tokens_rehearse}
+    return out
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """The first 12 hex digits of the SHA-256 of ``config`` as sorted-key JSON."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key of two ``result_config``s that differs, outside
+    ``PER_ROW_KEYS``. The rehearsal settings that only rows with rehearsal record are compared
+    when both sides have them (a Non-TTS row and a rehearsal row may share a folder)."""
+    only_rehearsal = ("rehearsal.", "rollout.max_new_tokens_rehearse")
+    diffs = []
+    for k in dict.fromkeys([*old, *new]):
+        if k in PER_ROW_KEYS or ((k not in old or k not in new) and k.startswith(only_rehearsal)):
+            continue
+        if old.get(k) != new.get(k):
+            diffs.append(f"{k}: {old.get(k)!r} -> {new.get(k)!r}")
+    return diffs
+
+
+def check_out(out: str | Path, config: dict[str, Any], force: bool = False) -> list[str]:
+    """Refuse a results folder whose rows were made under another config.
+
+    Args:
+        out: the folder (its ``results.jsonl`` is read; a torn last row is ignored).
+        config: this run's ``result_config``.
+        force: allow it: the new rows get their own ``config_hash`` (so they are never taken for
+            the old ones) and the old rows are kept.
+
+    Returns:
+        The differences found (empty when the folder is new or agrees).
+
+    Raises:
+        ConfigError: some row was made under another config (names the differing keys), or
+            rows carry no config record (written before rows were keyed on it), unless ``force``.
+    """
+    from envace_lite.config import ConfigError
+
+    rows = read_rows(Path(out) / "results.jsonl")
+    seen = {r.get("config_hash"): r.get("result_config") for r in rows}
+    diffs: list[str] = []
+    if None in seen or any(c is None for c in seen.values()):
+        diffs.append("rows without a config record (written by an older version)")
+    for old in (c for c in seen.values() if c is not None):
+        diffs += [d for d in config_differences(old, config) if d not in diffs]
+    if diffs and not force:
+        raise ConfigError(f"{out} holds results of another config ({'; '.join(diffs)}): use "
+                          "another --out, or --force-new-config to add this config's rows beside "
+                          "them (rows are keyed on their config hash, never mixed)")
+    if diffs:
+        log.warning("%s holds results of another config (%s); adding this config's rows beside "
+                    "them", out, "; ".join(diffs))
+    return diffs
+
+
+def save_config(out: str | Path, cfg: Config) -> Path:
+    """Write ``out/config.json`` unless one is there; a different config goes beside it as
+    ``config-<hash of its JSON>.json``, so ``config.json`` never claims settings that its rows
+    were not made with. Returns the path written (or the existing ``config.json``)."""
+    out = Path(out)
+    path = out / "config.json"
+    text = json.dumps(cfg.to_dict(), indent=2, sort_keys=True)
+    if not path.exists() or path.read_text() == text:
+        return cfg.save(out)
+    other = out / f"config-{config_hash(cfg.to_dict())}.json"
+    other.write_text(text)
+    log.info("%s exists with other settings; this run's config is in %s", path, other.name)
+    return other
+
+
 def row_key(row: dict[str, Any]) -> tuple:
-    """What identifies a row within a results file (a rerun skips rows with a known key)."""
+    """What identifies a row within a results file (a rerun skips rows with a known key):
+    suite, task, repeat, rehearsal mode, N, the two policy labels and the ``config_hash`` of its
+    ``result_config`` (rows of another decoding or rendering are never reused)."""
     return (row["suite"], str(row["task_id"]), int(row["repeat"]), row.get("rehearsal", "none"),
-            int(row.get("n", 0)), row.get("rehearsal_policy", ""), row.get("policy", ""))
+            int(row.get("n", 0)), row.get("rehearsal_policy", ""), row.get("policy", ""),
+            row.get("config_hash", ""))
 
 
 def read_rows(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
@@ -151,7 +270,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
              n: int | None = None, rehearsal_policy: Any = None, repeats: int | None = None,
              decoding: str | None = None, *, cfg: Config | str = "laptop",
              limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
-             out: str | Path | None = None, seed: int = 0) -> list[dict[str, Any]]:
+             out: str | Path | None = None, seed: int = 0,
+             force_new_config: bool = False) -> list[dict[str, Any]]:
     """Evaluate one configuration on the first ``limit`` test tasks of each suite.
 
     Args:
@@ -168,9 +288,12 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         limit, split, write_gate: override ``eval.limit`` (0 = all), ``eval.split``,
             ``rehearsal.write_gate``.
         out: a folder: rows are appended to ``out/results.jsonl`` as episodes finish, rows
-            already there (same ``row_key``) are skipped and returned as they were, and
-            ``out/summary.json`` is rewritten at the end.
-        seed: sampling seed of policies loaded here.
+            already there (same ``row_key``, which holds the ``config_hash``) are skipped and
+            returned as they were, and ``out/summary.json`` is rewritten at the end. A folder
+            holding rows of another result config is refused (``check_out``).
+        seed: sampling seed of policies loaded here (part of the result config).
+        force_new_config: accept an ``out`` holding rows of another config; this config's rows
+            are added beside them, under their own hash.
 
     Returns:
         The rows of this configuration (done earlier or now), suite by suite, repeat-major, each
@@ -178,6 +301,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
 
     Raises:
         ValueError: a negative ``limit`` (or ``eval.limit``), or an unknown ``decoding``.
+        ConfigError: ``out`` holds rows of another result config (a ``ValueError``), unless
+            ``force_new_config``.
     """
     cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
     e, r = cfg.eval, cfg.rehearsal
@@ -185,7 +310,9 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
     e.decoding = e.decoding if decoding is None else decoding
     e.limit = e.limit if limit is None else limit
     if e.limit < 0:  # ids[:-1] would silently run all tasks but the last
-        raise ValueError(f"limit must be >= 0 (0 = all tasks), got {e.limit}")
+        from envace_lite.config import ConfigError
+
+        raise ConfigError(f"limit must be >= 0 (0 = all tasks), got {e.limit}")
     e.split = e.split if split is None else split
     r.write_gate = r.write_gate if write_gate is None else write_gate
     if e.decoding not in DECODING:
@@ -197,6 +324,11 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
     labels = {"policy": policy_label(policy, cfg),
               "rehearsal_policy": "" if mode == "none" else policy_label(
                   policy if own else rspec, cfg), "split": e.split}
+    rconfig = result_config(cfg, labels["policy"], labels["rehearsal_policy"], mode,
+                            r.n if mode != "none" else 0, seed)
+    labels |= {"config_hash": config_hash(rconfig), "result_config": rconfig}
+    if out is not None:
+        check_out(out, rconfig, force=force_new_config)
     loaded: dict[str, Policy] = {}  # policies are loaded only when an episode must run
 
     def policies() -> tuple[Policy, Policy]:
@@ -224,7 +356,7 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         episodes, have = [], {}
         for s_, tid, k in keys:
             key = (s_, tid, k, mode, r.n if mode != "none" else 0, labels["rehearsal_policy"],
-                   labels["policy"])
+                   labels["policy"], labels["config_hash"])
             if key in done:
                 have[(tid, k)] = done[key]
                 continue
@@ -336,10 +468,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize_runs(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``summarize`` per configuration (``config_label``), in order of first appearance."""
+    """``summarize`` per configuration (``config_label``), in order of first appearance.
+
+    Rows of one label made under different result configs (a folder reused with
+    ``force_new_config``) are kept apart: such labels get ``@<config_hash>``."""
+    hashes: dict[str, set] = {}
+    for r in rows:
+        hashes.setdefault(config_label(r), set()).add(r.get("config_hash", ""))
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault(config_label(r), []).append(r)
+        label = config_label(r)
+        if len(hashes[label]) > 1:
+            label += f"@{r.get('config_hash', '') or 'unhashed'}"
+        groups.setdefault(label, []).append(r)
     return {label: summarize(sub) for label, sub in groups.items()}
 
 
@@ -490,15 +631,20 @@ __all__ = [
     "Policy",
     "as_policy",
     "budget_sweep",
+    "check_out",
     "ci95",
+    "config_differences",
+    "config_hash",
     "config_label",
     "evaluate",
     "evaluate_suites",
     "format_table",
     "policy_label",
     "read_rows",
+    "result_config",
     "row_key",
     "run_committed",
+    "save_config",
     "summarize",
     "summarize_runs",
     "sweep_point",

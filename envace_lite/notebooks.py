@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import OFFLINE_PROFILES
-from envace_lite.course import git_commit, runs_root
+from envace_lite.config import OFFLINE_PROFILES, check_profile
+from envace_lite.course import check_param_type, git_commit, runs_root
 from envace_lite.paths import REPO_ROOT, new_run_dir
 from envace_lite.progress import get_logger
 
@@ -130,6 +130,28 @@ def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict
         elif key in declared:
             params[key] = value
     return params
+
+
+def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
+    """Check the parameters of a series before any kernel starts: every value of a declared
+    parameter has the type of its default (``course.check_param_type``). A per-notebook name
+    the notebook does not declare still fails in that notebook's config cell (papermill injects
+    it; ``course.check_parameters`` names it).
+
+    Raises:
+        ConfigError: a value of the wrong type, naming the parameter.
+    """
+    for path in paths:
+        declared = parameters_of(path)
+        for key, value in extra.items():
+            if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
+                if not (path.stem == key or path.stem.startswith(f"{key}_")):
+                    continue
+                for name, v in value.items():
+                    if name in declared:
+                        check_param_type(name, v, declared[name])
+            elif key in declared:
+                check_param_type(key, value, declared[key])
 
 
 def _failure(executed: Path) -> tuple[int | None, str]:
@@ -244,15 +266,19 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
     Raises:
         NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
             kept, and the index is written first.
+        ConfigError: an unknown profile, or a parameter of the wrong type or undeclared by its
+            notebook; raised before any kernel starts.
         KeyError: ``notebooks`` names a notebook that does not exist.
         ValueError: a shared parameter no selected notebook declares.
     """
+    check_profile(profile)
     paths = _select(discover(Path(source_dir)), notebooks)
     extra = dict(parameters or {})
     for key, value in extra.items():
         shared = not (isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key))
         if shared and not any(key in parameters_of(p) for p in paths):
             raise ValueError(f"parameter {key!r} is declared by none of {[p.stem for p in paths]}")
+    check_series_params(paths, extra)
     cell_t, nb_t = TIMEOUTS.get(profile, TIMEOUTS["laptop"])
     cell_timeout, timeout = cell_timeout or cell_t, timeout or nb_t
     series = Path(out) if out else new_run_dir("notebooks", profile, seed, str(runs_root()))

@@ -176,6 +176,62 @@ class JudgeError(RuntimeError):
     """The judge gave no usable verdict; the trajectory is masked, never scored 0."""
 
 
+class JudgeUnavailable(RuntimeError):
+    """The judge cannot be reached, or failed on too many trajectories: training stops (a run
+    whose every trajectory is masked learns nothing, yet would exit 0)."""
+
+
+def probe_judge(base_url: str, model: str, api_key: str | None = None,
+                timeout: float = 30.0) -> str:
+    """One small chat completion to the LLM judge, before training starts.
+
+    Args:
+        base_url, model, api_key: as for ``LLMJudge``.
+        timeout: seconds before the probe gives up.
+
+    Returns:
+        The reply text (any reply counts: the probe checks that the endpoint answers).
+
+    Raises:
+        JudgeUnavailable: the endpoint did not answer a chat completion (names the URL).
+    """
+    try:
+        return chat_completion(base_url, model, [
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": "## Checklist\n1. the reply is JSON\n\nAnswer with "
+                                        '{"verdicts": [...]} holding exactly 1 boolean.'}],
+            api_key=api_key, timeout=timeout)
+    except EndpointError as e:
+        raise JudgeUnavailable(f"the LLM judge at {base_url} does not answer ({e}); start it, "
+                               "or train with grpo.judge=rule") from e
+
+
+class JudgeHealth:
+    """Stops a run whose judge keeps failing: ``steps`` consecutive steps with a masked share
+    of trajectories above ``threshold`` (``grpo.judge_mask_threshold`` and
+    ``grpo.judge_mask_steps``; default: over 50 % on 2 steps in a row).
+
+    Args:
+        threshold: the masked share (0..1) above which a step is unhealthy.
+        steps: consecutive unhealthy steps that stop the run.
+        where: names the judge in the error (its URL, or "the rule judge").
+    """
+
+    def __init__(self, threshold: float, steps: int, where: str) -> None:
+        self.threshold, self.steps, self.where = threshold, steps, where
+        self.run: list[tuple[int, float]] = []
+
+    def update(self, step: int, masked: float) -> str | None:
+        """Record one step's masked share; return the error message once the run must stop."""
+        self.run = self.run + [(step, masked)] if masked > self.threshold else []
+        if len(self.run) < self.steps:
+            return None
+        shares = ", ".join(f"step {s}: {100 * m:.0f} %" for s, m in self.run)
+        return (f"judge at {self.where} failed on more than {100 * self.threshold:.0f} % of "
+                f"trajectories for {len(self.run)} steps in a row ({shares} masked): nothing "
+                "is learned from masked trajectories; fix the judge and resume the run")
+
+
 JUDGE_SYSTEM = """You grade an AI agent's trajectory against a checklist. For each numbered item \
 decide whether the trajectory satisfies it, judging only from the transcript. Reply with JSON \
 only, no prose: {"verdicts": [true, false, ...]}, exactly one boolean per item, in order."""
@@ -358,12 +414,15 @@ def output_valid(traj: Trajectory) -> list[bool]:
 
 __all__ = [
     "JudgeError",
+    "JudgeHealth",
+    "JudgeUnavailable",
     "LLMJudge",
     "checklist_reward",
     "communicated",
     "judge_turn",
     "output_rewards",
     "output_valid",
+    "probe_judge",
     "score_trajectories",
     "verifiable_reward",
 ]

@@ -31,6 +31,10 @@ rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, r
 - A REHEARSE prompt still over ``max_prompt_tokens`` after trimming is generated anyway
   (``Output.prompt_fits`` False): only what may never be cut is left (docs/design.md,
   "Generation and history").
+- An exception in one trajectory's own work (parsing or recording its ACT output, building its
+  REHEARSE prompt, its env step, its glue) ends THAT trajectory with ``stop_reason="error"``
+  and ``Trajectory.error``, logged; the other trajectories of the batch go on, and the step
+  with them (``docs/design.md``, "Reliability").
 
 Usage::
 
@@ -190,6 +194,24 @@ def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalPar
     return Observation(raw, error=protocol.is_error_content(raw)), parsed
 
 
+def _fail(s: _Live, where: str, exc: BaseException) -> None:
+    """End one trajectory on an exception in its own work, keeping what it has."""
+    t = s.traj
+    t.stop_reason, t.error = "error", f"{where}: {type(exc).__name__}: {exc}"[:500]
+    s.calls, s.observations, s.terminal_call = [], [], None
+    log.warning("%s #%d turn %d: trajectory ended by an error (%s)", t.task.id, t.index,
+                t.turns, t.error)
+
+
+def _guarded(s: _Live, where: str, fn: Callable[..., Any], *args: Any) -> None:
+    if s.traj.stop_reason == "error":
+        return
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 (one trajectory's failure never ends the batch)
+        _fail(s, where, exc)
+
+
 def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config, *, k: int,
             mode: str = "rehearse", simulator: Generator | None = None,
             env_factory: Callable[[Task], Env] | None = None, seed: int = 0) -> list[Trajectory]:
@@ -219,8 +241,12 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     rc, glue, rng, started = cfg.rollout, chat_glue(tokenizer), random.Random(seed), time.time()
     lives: list[_Live] = []
     for task in tasks:
-        prompt = chat_ids(tokenizer, protocol.act_messages(
-            task.messages, task.tools, rc.rendering, rc.compact_policy_chars, []))
+        try:
+            prompt, failed = chat_ids(tokenizer, protocol.act_messages(
+                task.messages, task.tools, rc.rendering, rc.compact_policy_chars, [])), ""
+        except Exception as exc:  # noqa: BLE001 (this task's trajectories end; the rest run)
+            prompt, failed = [], f"act prompt: {type(exc).__name__}: {exc}"[:500]
+            log.warning("%s: its ACT prompt failed, %d trajectories end (%s)", task.id, k, failed)
         plain = [{"role": m["role"], "content": m["content"]}
                  for m in task.messages if m["role"] != "system"]
         for i in range(k):
@@ -231,7 +257,9 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
             t = Trajectory(task, i, act_ids=list(prompt), act_mask=[0] * len(prompt),
                            act_prompt_len=len(prompt), final_texts=[""], mode=mode,
                            grounding="gold" if gold else "none", env=env)
-            if len(prompt) > rc.max_prompt_tokens:
+            if failed:
+                t.stop_reason, t.error = "error", failed
+            elif len(prompt) > rc.max_prompt_tokens:
                 t.stop_reason = "context_budget"
             terminal = env.terminal_tools if env is not None else TERMINAL_TOOLS.get(
                 task.suite, frozenset())
@@ -248,28 +276,28 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
         outs = generator.generate(prompts, role="act", max_new_tokens=rc.max_new_tokens_act,
                                   temperature=rc.temperature, top_p=rc.top_p)
         for s, prompt, out in zip(live, prompts, outs):
-            _act(s, prompt, out, glue, cfg)
+            _guarded(s, "act output", _act, s, prompt, out, glue, cfg)
         # ---- REHEARSE (or real execution): one generate call for every call of the turn --------
         acting = [s for s in live if s.calls or s.terminal_call is not None]
         if mode == "real":
             for s in acting:
-                _execute(s)
+                _guarded(s, "env step", _execute, s)
         else:
             frozen = mode == "frozen_simulator"
             _rehearse(acting, simulator if frozen else generator, tokenizer, cfg,
                       "frozen_simulator" if frozen else "rehearsed", always_call=sync)
         for s in acting:
+            if s.traj.stop_reason == "error":
+                continue
             if s.terminal_call is not None:
                 s.traj.stop_reason = "terminal_tool"
             elif s.traj.env is not None and s.traj.env.done and mode == "real":
                 s.traj.stop_reason = "env_done"
             else:
-                msg = protocol.tool_response_message(s.observations)
-                s.pending.append(msg)
-                s.messages.append(msg)
+                _guarded(s, "observations", _append_observations, s)
         # ---- glue: close the turn, append observations / next user turn ----------------------
         for s in live:
-            _advance(s, glue, tokenizer, rc)
+            _guarded(s, "glue", _advance, s, glue, tokenizer, rc)
 
     stats = rollout_stats([s.traj for s in lives])
     log.info("rollout %s: %d trajectories in %.1f s; stops %s; parse errors act %d/%d, rehearse "
@@ -309,6 +337,12 @@ def _act(s: _Live, prompt: list[int], out: Completion, glue: ChatGlue, cfg: Any)
                 s.terminal_call = call
                 break
             s.calls.append(call)
+
+
+def _append_observations(s: _Live) -> None:
+    msg = protocol.tool_response_message(s.observations)
+    s.pending.append(msg)
+    s.messages.append(msg)
 
 
 def _close_user_turn(s: _Live, text: str, cfg: Any) -> None:
@@ -367,33 +401,47 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
 
-    prompts, fits = [], []
-    for s, _, call in jobs:
-        rp = protocol.rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages, call, count,
-                                        rc.max_prompt_tokens, rc.rendering)
-        prompts.append(chat_ids(tokenizer, rp.messages))
-        fits.append(rp.fits)
+    built = []
+    for s, j, call in jobs:
+        if s.traj.stop_reason == "error":  # an earlier call of this trajectory failed
+            continue
+        try:
+            rp = protocol.rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages,
+                                            call, count, rc.max_prompt_tokens, rc.rendering)
+            built.append(((s, j, call), chat_ids(tokenizer, rp.messages), rp.fits))
+        except Exception as exc:  # noqa: BLE001 (this trajectory ends; the batch goes on)
+            _fail(s, f"rehearse prompt of call {j}", exc)
+    built = [b for b in built if b[0][0].traj.stop_reason != "error"]
+    kept, prompts, fits = [b[0] for b in built], [b[1] for b in built], [b[2] for b in built]
     outs = gen.generate(prompts, role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
-                        temperature=rc.temperature, top_p=rc.top_p)
+                        temperature=rc.temperature, top_p=rc.top_p) \
+        if prompts or always_call else []
     glue = chat_glue(tokenizer)
-    for (s, j, call), prompt, fit, out in zip(jobs, prompts, fits, outs):
-        t = s.traj
-        obs, parsed = rehearsal_observation(out.text)
-        t.outputs.append(Output(
-            "rehearse", t.turns - 1, prompt, ids_with_stop(out, glue), out.text, call_index=j,
-            logprobs=out.logprobs, parse_kind="ok" if parsed.ok else "error",
-            error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
-            finish_reason=out.finish_reason, user_turn=s.user_turn,
-            source="frozen_simulator" if source == "frozen_simulator" else "policy",
-            prompt_fits=fit))
-        if not parsed.ok:
-            log.debug("%s #%d turn %d call %d: REHEARSE parse error %s; raw text used: %r",
-                      t.task.id, t.index, t.turns - 1, j, parsed.error_code.value, out.text[:120])
-        if not fit:
-            log.debug("%s #%d: REHEARSE prompt over budget after trimming; generated anyway",
-                      t.task.id, t.index)
-        s.observations.append(obs)
-        t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, source))
+    for (s, j, call), prompt, fit, out in zip(kept, prompts, fits, outs):
+        _guarded(s, f"rehearse output of call {j}", _record_rehearsal, s, j, call, prompt, fit,
+                 out, glue, source)
+
+
+def _record_rehearsal(s: _Live, j: int, call: Any, prompt: list[int], fit: bool,
+                      out: Completion, glue: ChatGlue, source: str) -> None:
+    """Record one REHEARSE output as an ``Output`` and its observation as a ``Step``."""
+    t = s.traj
+    obs, parsed = rehearsal_observation(out.text)
+    t.outputs.append(Output(
+        "rehearse", t.turns - 1, prompt, ids_with_stop(out, glue), out.text, call_index=j,
+        logprobs=out.logprobs, parse_kind="ok" if parsed.ok else "error",
+        error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
+        finish_reason=out.finish_reason, user_turn=s.user_turn,
+        source="frozen_simulator" if source == "frozen_simulator" else "policy",
+        prompt_fits=fit))
+    if not parsed.ok:
+        log.debug("%s #%d turn %d call %d: REHEARSE parse error %s; raw text used: %r",
+                  t.task.id, t.index, t.turns - 1, j, parsed.error_code.value, out.text[:120])
+    if not fit:
+        log.debug("%s #%d: REHEARSE prompt over budget after trimming; generated anyway",
+                  t.task.id, t.index)
+    s.observations.append(obs)
+    t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, source))
 
 
 def any_rank(live: bool) -> bool:

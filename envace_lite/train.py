@@ -13,7 +13,9 @@ Resume: calling ``train`` again on the same run dir continues from the last *com
 (one whose ``trainer_state.json``, which HF writes last, parses). Incomplete checkpoint folders and
 metrics rows past that step (written before a kill landed; a torn last row too) are removed first,
 so rows 1..N appear once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is
-written and the process exits with status 143.
+written and the process exits with status 143; the log names the CLI command that resumes it.
+With the LLM judge, one probe call precedes training, and a judge that keeps failing stops the
+run (``grpo.judge_mask_threshold``, ``grpo.judge_mask_steps``; ``rewards.JudgeHealth``).
 
 Usage::
 
@@ -218,6 +220,30 @@ class _StepLog(TrainerCallback):
         self.bar.set_postfix(reward=row["reward/mean"], refresh=False)
 
 
+class _JudgeHealthStop(TrainerCallback):
+    """Ends training, with a checkpoint, once the judge failed on too many trajectories for
+    ``grpo.judge_mask_steps`` steps in a row (``rewards.JudgeHealth``). The masked share is
+    summed over ranks, so that every rank stops at the same step."""
+
+    def __init__(self, health: Any) -> None:
+        self.health, self.trainer, self.error = health, None, None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        record = getattr(self.trainer, "last_record", None)
+        if record is None:
+            return control
+        import torch
+
+        local = [float(not t.reward_valid) for t in record.trajs]
+        masked, total = self.trainer._global_sum(torch.tensor([sum(local), len(local)]))
+        self.error = self.health.update(state.global_step, masked / max(total, 1.0))
+        if self.error:
+            log.error("%s", self.error)
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
 class _StopOnRequest(TrainerCallback):
     """Ends training after the current step, with a checkpoint, once ``requested`` is set."""
 
@@ -333,12 +359,29 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
 
     Raises:
         FileExistsError: ``resume=False`` on a run dir with checkpoints.
+        ConfigError: ``prompts_per_step × num_generations`` does not split over processes and
+            accumulation steps (before any run dir or model).
+        JudgeUnavailable: ``grpo.judge="llm"`` and the probe call to ``judge_url`` failed
+            (before any run dir or model); or the judge failed on over
+            ``grpo.judge_mask_threshold`` of the trajectories for ``grpo.judge_mask_steps`` steps
+            in a row (the run stops with a checkpoint and can be resumed).
         SystemExit: status 143 after a graceful SIGTERM stop (the run can be resumed).
     """
     from envace_lite.grpo import RoleWiseGRPOTrainer
     from envace_lite.models import load_policy
+    from envace_lite.rewards import JudgeHealth, JudgeUnavailable, probe_judge
 
     cfg = get_config(config) if isinstance(config, str) else config
+    g = cfg.grpo
+    try:  # settings that only fail inside TRL: checked before any run dir or model
+        per_device_batch(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError as e:
+        from envace_lite.config import ConfigError
+
+        raise ConfigError(str(e)) from None
+    if g.judge == "llm":  # one probe call: a dead judge would mask every trajectory
+        probe_judge(g.judge_url, g.judge_model)
+        log.info("the LLM judge at %s answers", g.judge_url)
     if run_dir is None:
         run_dir = new_run_dir("train", cfg.profile, cfg.run.seed, cfg.run.runs_root)
     run_dir = Path(run_dir)
@@ -360,11 +403,14 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     bar = progress(total=cfg.grpo.steps, initial=done, enabled=cfg.run.progress,
                    desc=f"train {cfg.grpo.mode}", unit="step")
     step_log, stopper = _StepLog(run_dir, bar), _StopOnRequest()
+    health = _JudgeHealthStop(JudgeHealth(
+        g.judge_mask_threshold, g.judge_mask_steps,
+        g.judge_url if g.judge == "llm" else "the rule judge"))
     trainer = RoleWiseGRPOTrainer(
         model, tokenizer, tasks if tasks is not None else load_train_tasks(cfg), cfg,
         grpo_args(cfg, run_dir / CHECKPOINTS), generator=generator,
-        callbacks=[step_log, stopper])
-    step_log.trainer = trainer
+        callbacks=[step_log, stopper, health])
+    step_log.trainer = health.trainer = trainer
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # rows go to metrics.jsonl, not stdout
@@ -375,8 +421,18 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
             trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
     finally:
         bar.close()
+    if health.error:
+        raise JudgeUnavailable(f"{health.error} (stopped at step {trainer.state.global_step}, "
+                               f"checkpoint kept: {resume_hint(cfg, run_dir)})")
     if stopper.requested:
-        log.warning("stopped at step %d by SIGTERM; resume with train(config, %r)",
-                    trainer.state.global_step, str(run_dir))
+        log.warning("stopped at step %d by SIGTERM; resume with: %s", trainer.state.global_step,
+                    resume_hint(cfg, run_dir))
         raise SystemExit(SIGTERM_EXIT)
     return run_dir
+
+
+def resume_hint(cfg: Config, run_dir: str | Path) -> str:
+    """The CLI command that resumes a run: ``envace-lite train --profile P --run-dir DIR``
+    (with the run's own ``--set``/``--overrides``; ``DIR/config.json`` records them)."""
+    return (f"envace-lite train --profile {cfg.profile} --run-dir {run_dir} (with the same "
+            f"--set/--overrides; {Path(run_dir) / 'config.json'} records them)")

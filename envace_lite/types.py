@@ -216,7 +216,10 @@ class Trajectory:
         final_texts: per reached user turn, the ACT final answer text ("" if none).
         user_turns_reached: how many reference user turns were shown to ACT.
         stop_reason: ``final_answer`` | ``terminal_tool`` | ``turn_limit`` | ``context_budget`` |
-            ``parse_error`` | ``gate_closed`` | ``env_done`` (real mode).
+            ``parse_error`` | ``gate_closed`` | ``env_done`` (real mode) | ``error`` (an
+            exception inside this trajectory's own work; see ``error``).
+        error: ``error`` stops: where it happened and the exception, e.g. ``"rehearse prompt:
+            UnicodeEncodeError: ..."``; "" otherwise.
         real_calls: real executions made by this rollout (0 in ``rehearse`` mode).
         grounding: ``gold`` or ``none`` (whether REHEARSE saw the task's grounding).
         mode: ``rehearse`` | ``real`` | ``frozen_simulator``.
@@ -249,3 +252,4 @@ class Trajectory:
     turns: int = 0
     act_spans: list[tuple[int, int]] = field(default_factory=list)
     env: Any = field(default=None, repr=False, compare=False)
+    error: str = ""

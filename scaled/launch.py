@@ -45,8 +45,9 @@ JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 # ---------------------------------------------------------------------------------------------
 def resolve_config(profile: str, override_files: list[str], sets: list[str],
                    extra: dict[str, Any] | None = None) -> Any:
-    """``cli.resolve_config``: files in order, then ``extra``, then ``--set``; what every rank
-    builds (the same function the CLI's ``train`` calls)."""
+    """``cli.resolve_config``: files in order, then ``extra``, then ``--set`` (typed and
+    range-checked by ``config.parse_overrides``); what every rank builds (the same function the
+    CLI's ``train`` calls)."""
     from envace_lite.cli import resolve_config as resolve
 
     return resolve(profile, override_files, sets, extra)

@@ -145,8 +145,9 @@ def test_evaluate_rows_and_rerun_skips_done_rows(tok, tmp_path):
                      cfg=cfg, limit=1, out=tmp_path)
     assert pol2.generator.calls == [] and again == rows
     assert len(read_rows(tmp_path / "results.jsonl")) == 2
-    # another configuration in the same folder runs and is summarized apart
-    evaluate(pol2, "bfcl-base", cfg=cfg, limit=1, out=tmp_path)
+    # another rehearsal configuration (same decoding: another one is refused, see
+    # tests/test_reliability.py) in the same folder runs and is summarized apart
+    evaluate(pol2, "bfcl-base", decoding="sample", cfg=cfg, limit=1, out=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["configs"]) == {"parallel/N=1", "none"}
     assert summary["configs"]["none"]["share_rehearsed"] == 0.0

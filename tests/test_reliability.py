@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from envace_lite import protocol as P
 from envace_lite import paths
+from envace_lite import protocol as P
 from envace_lite.protocol import ErrorCode as E
 
 TOOLS = [{"type": "function", "function": {
@@ -300,3 +300,434 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
     assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
         "t0", "t1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8: typed config overrides (--set), one-line CLI errors, no run dir before validation
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("item,message", [
+    ("grpo.learning_rate=abc", "grpo.learning_rate='abc': expected float > 0"),
+    ("grpo.learning_rate=0", "grpo.learning_rate=0: expected float > 0"),
+    ("eval.limit=-1", "eval.limit=-1: expected int >= 0"),
+    ("eval.limit=2.5", "eval.limit=2.5: expected int >= 0"),
+    ("grpo.num_generations=1", "grpo.num_generations=1: expected int >= 2"),
+    ("rollout.grounding_drop_p=1.5", "rollout.grounding_drop_p=1.5: expected float >= 0 and <= 1"),
+    ("eval.repeats=true", "eval.repeats=True: expected int >= 1"),
+    ("grpo.suites=3", "grpo.suites=3: expected list[str]"),
+    ("grpo.nope=1", "unknown config key 'grpo.nope'"),
+    ("limit", "--set 'limit': use group.field=value"),
+])
+def test_typed_overrides_name_key_value_and_expectation(item, message):
+    from envace_lite.config import ConfigError, parse_overrides
+
+    with pytest.raises(ConfigError) as err:
+        parse_overrides([item])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_typed_overrides_convert_by_the_field_type():
+    from envace_lite.config import get_config, parse_overrides
+
+    got = parse_overrides(["grpo.learning_rate=1e-5", "eval.limit=3", "eval.user_model=123",
+                           'grpo.suites=["bfcl-base"]', "rehearsal.write_gate=true",
+                           "grpo.beta=0", 'model.checkpoint="a b"'])
+    assert got == {"grpo.learning_rate": 1e-5, "eval.limit": 3, "eval.user_model": "123",
+                   "grpo.suites": ["bfcl-base"], "rehearsal.write_gate": True, "grpo.beta": 0.0,
+                   "model.checkpoint": "a b"}
+    assert isinstance(got["grpo.beta"], float)
+    cfg = get_config("smoke", {"eval.limit": "4", "grpo.learning_rate": 2})  # lax, then checked
+    assert (cfg.eval.limit, cfg.grpo.learning_rate) == (4, 2.0)
+
+
+def test_scaled_launch_uses_the_typed_parser():
+    import sys
+
+    from envace_lite.config import ConfigError
+    from envace_lite.paths import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "scaled"))
+    try:
+        import launch
+    finally:
+        sys.path.pop(0)
+    assert "_parse_overrides" not in (REPO_ROOT / "scaled" / "launch.py").read_text()
+    with pytest.raises(ConfigError, match="grpo.learning_rate='abc'"):
+        launch.resolve_config("smoke", [], ["grpo.learning_rate=abc"])
+    assert launch.resolve_config("smoke", [], ["grpo.steps=3"]).grpo.steps == 3
+
+
+def _no_model(monkeypatch):
+    from envace_lite import models
+
+    def boom(*a, **k):
+        raise AssertionError("no model may load")
+
+    monkeypatch.setattr(models, "load_policy", boom)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", "--profile", "smoke", "--set", "grpo.learning_rate=abc"],
+     "error: grpo.learning_rate='abc': expected float > 0"),
+    (["train", "--profile", "nope"], "error: unknown profile 'nope'"),
+    (["eval", "--profile", "smoke", "--limit", "-1"], "error: eval.limit=-1: expected int >= 0"),
+    (["train", "--profile", "smoke", "--set", "grpo.prompts_per_step=3",
+      "--set", "grpo.gradient_accumulation_steps=4"], "error: prompts_per_step × num_generations"),
+])
+def test_cli_user_mistake_is_one_line_exit_2_and_no_run_dir(tmp_path, monkeypatch, args,
+                                                             message):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    _no_model(monkeypatch)
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    run_dir = tmp_path / "run"
+    extra = ["--run-dir", str(run_dir)] if args[0] == "train" else ["--out", str(run_dir)]
+    res = CliRunner().invoke(app, [*args, *extra])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), res.output
+    assert "Traceback" not in res.output
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+    debug = CliRunner().invoke(app, ["--debug", *args, *extra])
+    assert debug.exit_code != 0 and isinstance(debug.exception, ValueError)  # the traceback
+
+
+def test_sigterm_hint_names_the_cli_resume_command(tmp_path):
+    from envace_lite.config import get_config
+    from envace_lite.train import resume_hint
+
+    hint = resume_hint(get_config("smoke"), tmp_path)
+    assert hint.startswith(f"envace-lite train --profile smoke --run-dir {tmp_path}")
+    assert "train(" not in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# 9: notebook parameters are checked for type, and before any kernel starts
+# ---------------------------------------------------------------------------------------------
+
+def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_path,
+                                                                             monkeypatch):
+    from typer.testing import CliRunner
+
+    import envace_lite.notebooks as nbs
+    from envace_lite.cli import app
+
+    def no_kernel(*a, **k):
+        raise AssertionError("no kernel may start")
+
+    monkeypatch.setattr(nbs, "run_notebook", no_kernel)
+    out = tmp_path / "series"
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "nope", "--out", str(out)])
+    assert res.exit_code == 2 and res.output.startswith("error: unknown profile 'nope'")
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
+                                   "-p", "task_index=abc", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: notebook parameter task_index='abc': expected int")
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
+                                   "-p", "02:task_index=1.5", "--out", str(out)])
+    assert res.exit_code == 2 and "task_index=1.5: expected int" in res.output
+    assert not out.exists()
+
+
+def test_check_params_checks_names_and_types_from_the_parameters_cell():
+    from envace_lite.config import ConfigError
+    from envace_lite.course import check_params
+    from envace_lite.notebooks import parameters_of
+    from envace_lite.paths import REPO_ROOT
+
+    defaults = parameters_of(REPO_ROOT / "notebooks" / "02_act_and_rehearse.ipynb")
+    assert check_params(dict(defaults), "02_act_and_rehearse") == defaults
+    with pytest.raises(ConfigError, match=r"^notebook parameter task_index='abc': expected int"):
+        check_params({**defaults, "task_index": "abc"}, "02_act_and_rehearse")
+    with pytest.raises(ConfigError, match="seed=True: expected int"):
+        check_params({**defaults, "seed": True}, "02_act_and_rehearse")
+    with pytest.raises(KeyError, match="unknown notebook parameter"):
+        check_params({**defaults, "task_indx": 1}, "02_act_and_rehearse")
+
+
+# ---------------------------------------------------------------------------------------------
+# 10: eval resume is keyed on the result-relevant config
+# ---------------------------------------------------------------------------------------------
+
+def _scripted_policy(tok=None):
+    from envace_lite.evaluate import Policy
+    from envace_lite.generation import ScriptedGenerator
+    from envace_lite.models import qwen3_tokenizer
+
+    tok = tok or qwen3_tokenizer()
+    return Policy(ScriptedGenerator({"act": ["All done."]}, tok), tok, "scripted")
+
+
+def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
+    from envace_lite import evaluate as ev
+    from envace_lite.config import ConfigError
+
+    pol = _scripted_policy()
+    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+    results = tmp_path / "results.jsonl"
+    before = results.read_text()
+    assert len(rows) == 1 and rows[0]["config_hash"] == ev.config_hash(rows[0]["result_config"])
+    assert rows[0]["result_config"]["eval.decoding"] == "greedy"
+    with pytest.raises(ConfigError, match=r"eval\.decoding: 'greedy' -> 'sample'"):
+        ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path)
+    from envace_lite.config import get_config
+
+    full = get_config("smoke", {"rollout.rendering": "full"})
+    with pytest.raises(ConfigError, match=r"rollout\.rendering: 'compact' -> 'full'"):
+        ev.evaluate(pol, "bfcl-base", cfg=full, limit=1, out=tmp_path)
+    assert results.read_text() == before  # nothing appended, nothing reused
+    same = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)  # resumes: 0 to run
+    assert same == rows and results.read_text() == before
+    mixed = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path,
+                        force_new_config=True)
+    assert mixed[0]["decoding"] == "sample" and mixed[0]["config_hash"] != rows[0]["config_hash"]
+    kept = ev.read_rows(results)
+    assert [r["decoding"] for r in kept] == ["greedy", "sample"]
+    assert len({ev.row_key(r) for r in kept}) == 2
+    assert sorted(ev.summarize_runs(kept)) == sorted(
+        f"none@{r['config_hash']}" for r in kept)  # never averaged together
+
+
+def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
+    """A budget sweep writes Non-TTS and N = 1, 2 rows into one folder: not a mismatch."""
+    from envace_lite import evaluate as ev
+
+    cfg = ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0})
+    base = ev.result_config(cfg, "p", "", "none", 0, 0)
+    par = ev.result_config(cfg, "p", "p", "parallel", 2, 0)
+    assert ev.config_differences(base, par) == []
+    assert ev.config_hash(base) != ev.config_hash(par)
+    seq = ev.result_config(ev.get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
+                           "parallel", 2, 0)
+    assert ev.config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
+
+
+def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
+    from envace_lite import evaluate as ev
+    from envace_lite.config import ConfigError
+
+    (tmp_path / "results.jsonl").write_text(json.dumps(
+        {"suite": "bfcl-base", "task_id": "t", "repeat": 0, "reward": 1.0}) + "\n")
+    rc = ev.result_config(ev.get_config("smoke"), "p", "", "none", 0, 0)
+    with pytest.raises(ConfigError, match="rows without a config record"):
+        ev.check_out(tmp_path, rc)
+    assert ev.check_out(tmp_path, rc, force=True)
+
+
+def test_cli_never_rewrites_config_json_for_rows_it_did_not_make(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from envace_lite import evaluate as ev
+    from envace_lite.cli import app
+
+    pol = _scripted_policy()
+    monkeypatch.setattr(ev, "as_policy", lambda spec, cfg, seed=0: pol)
+    args = ["eval", "--profile", "smoke", "--suite", "bfcl-base", "--limit", "1",
+            "--out", str(tmp_path)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    config = (tmp_path / "config.json").read_text()
+    results = (tmp_path / "results.jsonl").read_text()
+    res = CliRunner().invoke(app, [*args, "--decoding", "sample"])
+    assert res.exit_code == 2, res.output
+    assert "eval.decoding: 'greedy' -> 'sample'" in res.output and "--force-new-config" in \
+        res.output
+    assert (tmp_path / "config.json").read_text() == config
+    assert (tmp_path / "results.jsonl").read_text() == results
+    res = CliRunner().invoke(app, [*args, "--decoding", "sample", "--force-new-config"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "config.json").read_text() == config  # still the first run's settings
+    (other,) = tmp_path.glob("config-*.json")
+    assert json.loads(other.read_text())["eval"]["decoding"] == "sample"
+    assert [r["decoding"] for r in ev.read_rows(tmp_path / "results.jsonl")] == ["greedy",
+                                                                                  "sample"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 11: judge health
+# ---------------------------------------------------------------------------------------------
+
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_judge_health_counts_consecutive_unhealthy_steps():
+    from envace_lite.rewards import JudgeHealth
+
+    h = JudgeHealth(0.5, 2, "http://x/v1")
+    assert h.update(1, 1.0) is None
+    assert h.update(2, 0.5) is None  # 50 % is not above 50 %: the run of bad steps restarts
+    assert h.update(3, 0.75) is None
+    msg = h.update(4, 1.0)
+    assert msg.startswith("judge at http://x/v1 failed on more than 50 % of trajectories for 2 "
+                          "steps in a row (step 3: 75 %, step 4: 100 % masked)")
+
+
+def test_closed_judge_port_exits_nonzero_naming_the_url(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    _no_model(monkeypatch)
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    res = CliRunner().invoke(app, [
+        "train", "--profile", "smoke", "--run-dir", str(tmp_path / "run"),
+        "--set", "grpo.judge=llm", f"--set=grpo.judge_url={url}", "--set", "grpo.judge_model=j"])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"error: the LLM judge at {url} does not answer")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_judge_that_dies_mid_run_stops_training_within_two_steps(tmp_path, monkeypatch):
+    from scaled_worker import TINY, scripted_policy
+
+    from envace_lite import rewards
+    from envace_lite.config import get_config
+    from envace_lite.data import load_tasks
+    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.train import last_checkpoint, read_metrics, train
+
+    monkeypatch.setattr(rewards, "probe_judge", lambda *a, **k: "ok")  # it answered the probe
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    cfg = get_config("smoke", {**TINY, "grpo.steps": 5, "grpo.judge": "llm",
+                               "grpo.judge_url": url, "grpo.judge_model": "j"})
+    tasks = [t for t in load_tasks("bfcl-base", "train") if t.id == "multi_turn_base_0"]
+    with pytest.raises(rewards.JudgeUnavailable, match=f"judge at {re.escape(url)} failed") as e:
+        train(cfg, tmp_path, generator=scripted_policy(qwen3_tokenizer()), tasks=tasks)
+    assert "stopped at step 2" in str(e.value) and "--run-dir" in str(e.value)
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2] and [r["masked_frac"] for r in rows] == [1.0, 1.0]
+    assert last_checkpoint(tmp_path).name == "checkpoint-2"  # the steps done are kept
+
+
+# ---------------------------------------------------------------------------------------------
+# 12: the worst outputs in a scripted train and a rehearsal=parallel eval; a failure inside one
+#     trajectory ends that trajectory, never the step or the batch
+# ---------------------------------------------------------------------------------------------
+
+BOOM = '<tool_call>\n{"name": "cd", "arguments": {"folder": "BOOM"}}\n</tool_call>'
+"""A call whose REHEARSE prompt (and, in eval, its env step) is made to raise."""
+
+
+def _worst():
+    from test_fuzz_protocol import WORST_ACT, WORST_REHEARSE
+
+    return WORST_ACT, WORST_REHEARSE
+
+
+def _boom_on(monkeypatch, *, step: bool = False):
+    """``protocol.rehearse_messages`` (and with ``step`` the committed env step) raise on
+    BOOM calls: an unforeseen failure inside one trajectory."""
+    from envace_lite import commit, protocol
+
+    real_rehearse, real_execute = protocol.rehearse_messages, commit._execute
+
+    def rehearse(tools, grounding, history, call, *a, **k):
+        if "BOOM" in json.dumps(call.arguments):
+            raise UnicodeError("scripted failure in this trajectory's REHEARSE prompt")
+        return real_rehearse(tools, grounding, history, call, *a, **k)
+
+    def execute(ep, calls, tools):
+        if any("BOOM" in json.dumps(c.arguments) for c in calls):
+            raise UnicodeError("scripted failure in this episode's env step")
+        return real_execute(ep, calls, tools)
+
+    monkeypatch.setattr(protocol, "rehearse_messages", rehearse)
+    if step:
+        monkeypatch.setattr(commit, "_execute", execute)
+
+
+def _capture(caplog):
+    logger = logging.getLogger("envace_lite")
+    logger.addHandler(caplog.handler)
+    return logger
+
+
+def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monkeypatch, caplog):
+    from scaled_worker import TINY
+
+    from envace_lite.config import get_config
+    from envace_lite.data import load_tasks
+    from envace_lite.generation import ScriptedGenerator
+    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.train import last_checkpoint, read_metrics, train
+
+    worst_act, worst_rehearse = _worst()
+    act = [BOOM, *worst_act]
+    seen = {"act": 0, "rehearse": 0}
+
+    def script(role, prompt):
+        k = seen.setdefault(role, 0)
+        seen[role] += 1
+        texts = act if role == "act" else worst_rehearse
+        return texts[k % len(texts)]
+
+    _boom_on(monkeypatch)
+    tok = qwen3_tokenizer()
+    # the outputs are cut at 1,024 tokens, as the model's own would be; the uncut 40k-character
+    # ones go through the whole path in tests/test_fuzz_protocol.py and the eval below
+    cfg = get_config("smoke", {**TINY, "grpo.steps": 2, "rollout.max_new_tokens_act": 1024,
+                               "rollout.max_new_tokens_rehearse": 1024})
+    tasks = [t for t in load_tasks("bfcl-base", "train") if t.id == "multi_turn_base_0"]
+    logger = _capture(caplog)
+    try:
+        train(cfg, tmp_path, generator=ScriptedGenerator(script, tok), tasks=tasks)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert last_checkpoint(tmp_path).name == "checkpoint-2"
+    assert "trajectory ended by an error (rehearse prompt of call 0: UnicodeError" in caplog.text
+    # two steps of K=2 play 7 ACT outputs: BOOM and all worst outputs but the last (an unclosed
+    # call with special-token text, played by the eval below and the fuzz test)
+    assert seen["act"] >= len(act) - 1
+
+
+def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypatch, caplog):
+    from envace_lite import evaluate as ev
+    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.generation import ScriptedGenerator
+    from envace_lite.models import qwen3_tokenizer
+
+    worst_act, worst_rehearse = _worst()
+    tok = qwen3_tokenizer()
+    first, second = list_tasks("bfcl-base", "test")[:2]
+    env = make_env("bfcl-base", first)
+    marker = next(m["content"] for m in env.reset() if m["role"] == "user")[:60]
+    env.close()
+    seen = {}
+
+    def script(role, prompt):
+        k = seen.setdefault(role, 0)
+        seen[role] += 1
+        if role == "act":  # the first task always calls BOOM; the other plays the worst outputs
+            return BOOM if marker in tok.decode(prompt) else worst_act[k % len(worst_act)]
+        if role == "rehearse":
+            return worst_rehearse[k % len(worst_rehearse)]
+        return worst_rehearse[k % len(worst_rehearse)] + " </think> \\ud800"  # FEEDBACK, MEMORY
+
+    _boom_on(monkeypatch, step=True)
+    cfg = ev.get_config("smoke", {"model.context_window": 65_536,
+                                  "rollout.max_new_tokens_act": 20_000,
+                                  "rollout.max_new_tokens_rehearse": 8000})
+    pol = ev.Policy(ScriptedGenerator(script, tok), tok, "scripted")
+    logger = _capture(caplog)
+    try:
+        rows = ev.evaluate(pol, "bfcl-base", rehearsal="parallel", n=2, cfg=cfg, limit=2,
+                           out=tmp_path)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert [r["task_id"] for r in rows] == [first, second]
+    by_id = {r["task_id"]: r for r in ev.read_rows(tmp_path / "results.jsonl")}
+    assert set(by_id) == {first, second}
+    assert by_id[first]["stop_reason"] == "error"
+    assert by_id[first]["error"].startswith("act output: UnicodeError: scripted failure in this "
+                                            "episode's env step")
+    assert by_id[second]["stop_reason"] != "error" and by_id[second]["error"] == ""
+    assert "rehearse prompt of call 0: UnicodeError" in caplog.text  # an imagined attempt ended

@@ -1,0 +1,238 @@
+"""Property-based fuzz of the protocol path: parse -> render -> tokenize -> REHEARSE prompt ->
+env.step, on every suite's tool schemas, under the smoke, micro and laptop tokenizers.
+
+Hypothesis writes hostile ACT and REHEARSE outputs: calls of the suite's tools (and unknown ones)
+with arguments holding lone surrogates (raw and as JSON escapes), ``</think>`` and tag text,
+control characters, special-token text, NaN, deep nesting and duplicate keys, in every framing
+(think blocks, prose, fences, unclosed, truncated). Each example must go through the whole path
+without an exception, and every prompt built from it must be valid UTF-8 and tokenize.
+
+Tiers: the default test runs a fixed, derandomized set of ``CI_EXAMPLES`` examples; the
+``fuzz_long`` marker runs ``LONG_EXAMPLES`` (the acceptance run; by hand:
+``pytest tests/test_fuzz_protocol.py -m fuzz_long``; ``FUZZ_EXAMPLES`` overrides the count).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envace_lite import protocol as P
+from envace_lite.envs import SUITES, list_tasks, make_env
+from envace_lite.generation import chat_ids
+from envace_lite.rollout import rehearsal_observation
+
+CI_EXAMPLES = 40
+LONG_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10000"))
+PROFILES = ("smoke", "micro", "laptop")
+"""The tokenizers of the offline profiles (laptop: SmolLM2's, from the local GGUF package)."""
+
+HOSTILE = ["\ud800", "\udfff", "\\ud800", "\\udc00x", "\\ud83c\\udf27", "</think>", "<think>",
+           "<tool_call>", "</tool_call>", "<execution_result>", "</execution_result>",
+           "<|im_end|>", "<|im_start|>assistant", "<|endoftext|>", "\x00", "\x1b[2J", "\u2028",
+           "\ufeff", "\\", '"', "{", "}", "[", "]", "\n", "🌧", "é", "\u0130", "NaN", "' OR 1=1"]
+
+
+def _decoded(text: str) -> str:
+    """What a tokenizer's ``decode`` could return for ``text``: no lone surrogate survives."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12)),
+                        max_size=5).map("".join)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), hostile_text)
+json_values = st.recursive(scalars, lambda c: st.one_of(
+    st.lists(c, max_size=4), st.dictionaries(hostile_text, c, max_size=4)), max_leaves=16)
+
+
+@st.composite
+def act_outputs(draw: st.DrawFn, tools: list[dict]) -> str:
+    """One hostile ACT output for these tool schemas."""
+    fns = [t["function"] for t in tools]
+    fn = draw(st.sampled_from(fns))
+    params = list((fn.get("parameters") or {}).get("properties", {}))
+    name = draw(st.one_of(st.just(fn["name"]), hostile_text, st.sampled_from(
+        [f["name"] for f in fns])))
+    keys = st.one_of(st.sampled_from(params), hostile_text) if params else hostile_text
+    args = draw(st.dictionaries(keys, json_values, max_size=5))
+    if draw(st.integers(0, 9)) == 0:  # deep nesting, past the depth bound
+        deep: object = 1
+        for _ in range(draw(st.integers(30, 600))):
+            deep = [deep]
+        args["x"] = deep
+    as_string = draw(st.booleans()) and draw(st.booleans())
+    call = {"name": name, "arguments": json.dumps(args) if as_string else args}
+    body = json.dumps(call, ensure_ascii=draw(st.booleans()))
+    if draw(st.integers(0, 4)) == 0:  # a duplicate key, json's last-wins
+        body = body.replace('{"name": ', '{"name": "rm", "name": ', 1)
+    if draw(st.integers(0, 4)) == 0:  # torn by the token cap
+        body = body[: draw(st.integers(0, len(body)))]
+    frame = draw(st.sampled_from([
+        "<tool_call>\n{b}\n</tool_call>", "<tool_call>{b}", "{b}", "```json\n{b}\n```",
+        "<think>{t}</think>\n<tool_call>\n{b}\n</tool_call>", "{t}</think><tool_call>{b}</tool_call>",
+        "{t}\n<tool_call>\n{b}\n</tool_call>\n{t}", "<tool_call>{b}</tool_call><tool_call>{b}",
+        "<tool_call>\n{b}\n</tool_call>\n<tool_call>\n{b}\n</tool_call>", "{t}", "< tool_call >{b}",
+        "<think>{t}", "</tool_call>{b}<tool_call>"]))
+    return frame.format(b=body, t=draw(hostile_text))
+
+
+@st.composite
+def rehearse_outputs(draw: st.DrawFn) -> str:
+    """One hostile REHEARSE output."""
+    content = draw(st.one_of(hostile_text, json_values.map(
+        lambda v: json.dumps(v, ensure_ascii=False))))
+    frame = draw(st.sampled_from([
+        "<execution_result>{c}</execution_result>",
+        "<think>{t}</think><execution_result>{c}</execution_result>", "<execution_result>{c}", "{c}", "{t}</think>{c}",
+        "<execution_result>{c}</execution_result><execution_result>{c}</execution_result>",
+        "<tool_call>{c}</tool_call>"]))
+    return frame.format(c=content, t=draw(hostile_text))
+
+
+def _tau2_user(messages: list) -> str:  # a scripted USER for the official tau2 suites
+    return "###STOP###"
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Every suite's first test task (env, reset messages, tools) and the three tokenizers."""
+    from envace_lite.models import load_tokenizer
+
+    suites = {}
+    for s in SUITES:
+        tid = list_tasks(s, "test")[0]
+        kw = {"user": _tau2_user} if s in ("tau2-retail", "tau2-airline") else {}
+        env = make_env(s, tid, **kw)
+        suites[s] = {"env": env, "messages": env.reset(), "tools": env.tool_schemas(),
+                     "id": tid, "kw": kw}
+    toks = {p: load_tokenizer(p) for p in PROFILES}
+    yield {"suites": suites, "toks": toks, "ran": {"examples": 0}}
+    for v in suites.values():
+        v["env"].close()
+
+
+def _tokenize(tok, messages) -> int:
+    for m in messages:
+        m["content"].encode("utf-8")  # strict: a lone surrogate raises here
+    return len(chat_ids(tok, messages))
+
+
+def check_path(world, suite: str, act: str, rehearse: str, rendering: str) -> None:
+    """parse -> render -> tokenize -> REHEARSE prompt -> env.step for one ACT/REHEARSE pair."""
+    ctx = world["suites"][suite]
+    tools, env = ctx["tools"], ctx["env"]
+    P.parse_act(act, tools)  # the raw text must parse without raising too
+    text = _decoded(act)
+    parsed = P.parse_act(text, tools)
+    calls = parsed.calls if parsed.kind == "calls" else []
+    for c in calls:
+        P.call_json(c).encode("utf-8")
+        json.dumps(c.to_dict(), ensure_ascii=False).encode("utf-8")
+    P.assistant_text(calls, parsed.text if parsed.kind == "final" else "").encode("utf-8")
+    if env.done:
+        env.close()
+        ctx["env"] = env = make_env(suite, ctx["id"], **ctx["kw"])
+        env.reset()
+    observations = list(env.step(calls)) if calls else []  # the real env, never crashing
+    obs, _ = rehearsal_observation(_decoded(rehearse))
+    P.parse_rehearsal(rehearse)
+    history = [{"role": "assistant", "content": text}]
+    if calls:
+        history.append(P.tool_response_message([*observations, obs]))
+    plain = [{"role": m["role"], "content": m["content"]} for m in ctx["messages"]
+             if m["role"] != "system"]
+    for tok in world["toks"].values():
+        act_prompt = P.act_messages(ctx["messages"], tools, rendering, 600, history)
+        assert _tokenize(tok, act_prompt) > 0
+
+        def count(s: str, tok=tok) -> int:
+            return len(tok.encode(s, add_special_tokens=False))
+
+        for c in calls:
+            rp = P.rehearse_messages(tools, None, plain + history[:1], c, count, 12000, rendering)
+            assert _tokenize(tok, rp.messages) > 0
+    world["ran"]["examples"] += 1
+    progress = os.environ.get("FUZZ_PROGRESS")  # the long run reports its count as it goes
+    if progress and world["ran"]["examples"] % 250 == 0:
+        with open(progress, "w") as f:
+            json.dump(world["ran"], f)
+
+
+def _example():
+    return st.tuples(st.sampled_from(SUITES), st.sampled_from(["compact", "full"]),
+                     st.data())
+
+
+def _run(world, case) -> None:
+    suite, rendering, data = case
+    tools = world["suites"][suite]["tools"]
+    check_path(world, suite, data.draw(act_outputs(tools)), data.draw(rehearse_outputs()),
+               rendering)
+
+
+QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
+         HealthCheck.large_base_example]
+
+
+def test_fuzz_protocol_path_ci(world):
+    """A fixed (derandomized) set of examples on every suite, under all three tokenizers."""
+    before = world["ran"]["examples"]
+
+    @settings(max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=QUIET)
+    @given(_example())
+    def run(case):
+        _run(world, case)
+
+    run()
+    assert world["ran"]["examples"] - before >= CI_EXAMPLES
+
+
+@pytest.mark.fuzz_long
+def test_fuzz_protocol_path_long(world):
+    """The acceptance run: ``LONG_EXAMPLES`` ACT and REHEARSE outputs, zero exceptions."""
+    before = world["ran"]["examples"]
+
+    @settings(max_examples=LONG_EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=QUIET)
+    @given(_example())
+    def run(case):
+        _run(world, case)
+
+    run()
+    ran = world["ran"]["examples"] - before
+    print(f"fuzz_long: {ran} ACT + {ran} REHEARSE outputs through the path, 0 exceptions")
+    assert ran >= LONG_EXAMPLES
+
+
+@pytest.mark.parametrize("suite", ["bfcl-base", "tau2-telecom"])
+def test_the_worst_outputs_take_the_whole_path(world, suite):
+    """Hand-picked worst cases (the ones the scripted train and eval runs are fed, too), on a
+    BFCL and a tau2 suite (each is a 40k-character prompt under three tokenizers)."""
+    for act in WORST_ACT:
+        for rehearse in WORST_REHEARSE:
+            check_path(world, suite, act, rehearse, "compact")
+
+
+WORST_ACT = [
+    '<tool_call>\n{"name": "cd", "arguments": {"folder": "\\ud800"}}\n</tool_call>',
+    '<tool_call>\n{"name": "cd", "arguments": {"folder": "a</think>b"}}\n</tool_call>',
+    '<tool_call>\n{"name": "cd", "name": "rm", "arguments": {"folder": "x"}}\n</tool_call>',
+    '<tool_call>\n{"name": "cd", "arguments": ' + '{"x": ' * 449 + "[1]" + "}" * 449
+    + "}\n</tool_call>",
+    "<" + " " * 39_000 + "/ tool_call >",
+    "<tool_call>" * 500,
+    '<tool_call>\n{"name": "cd", "arguments": {"folder": "<|im_end|>\\u0000\\udfff"}}',
+]
+"""ACT outputs that crashed or fooled the parser before (see ``tests/test_reliability.py``)."""
+WORST_REHEARSE = [
+    '<execution_result>{"log": "\\ud800 a</think>b"}</execution_result>',
+    "<execution_result>" + "[" * 5000,
+    "<think>" + "<" * 20_000,
+]
