@@ -20,6 +20,7 @@ Usage (the config cell of a notebook)::
 """
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import os
@@ -32,6 +33,9 @@ from typing import Any
 
 from envace_lite.config import Config
 from envace_lite.paths import REPO_ROOT, new_run_dir
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+"""The committed notebooks (the series runner's default source)."""
 
 _IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython", "open"}
 _LITERALS = (str, int, float, bool, list, dict, tuple, type(None))
@@ -134,11 +138,33 @@ def check_param_type(name: str, value: Any, default: Any) -> Any:
     return value
 
 
+def parameters_of(nb: Any) -> dict[str, Any]:
+    """The defaults of a notebook's ``parameters`` cell (a path or a NotebookNode).
+
+    Raises:
+        ValueError: the notebook has no, or more than one, ``parameters`` cell.
+    """
+    import nbformat
+
+    if not hasattr(nb, "cells"):
+        nb = nbformat.read(str(nb), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"expected exactly one 'parameters' cell, found {len(cells)}")
+    out = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            out[node.targets[0].id] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.AnnAssign):
+            out[node.target.id] = ast.literal_eval(node.value)
+    return out
+
+
 def check_params(namespace: dict[str, Any], notebook: str) -> dict[str, Any]:
     """The parameters cell's check: names (``check_parameters``) and types, in one call.
 
     The declared names and their types come from the committed notebook's own ``parameters``
-    cell (``notebooks.parameters_of``): each value must have its default's type
+    cell (``parameters_of``): each value must have its default's type
     (``check_param_type``). A notebook's config cell calls
     ``check_params(globals(), "02_act_and_rehearse")`` in place of ``check_parameters``.
 
@@ -154,8 +180,6 @@ def check_params(namespace: dict[str, Any], notebook: str) -> dict[str, Any]:
             notebook.
         ConfigError: a parameter of the wrong type (also a ``KeyError``).
     """
-    from envace_lite.notebooks import NOTEBOOKS_DIR, parameters_of
-
     path = NOTEBOOKS_DIR / f"{notebook}.ipynb"
     if not path.exists():
         raise KeyError(f"no notebook {notebook!r} in {NOTEBOOKS_DIR.name}/")
@@ -422,11 +446,15 @@ __all__ = [
     "Reference",
     "artifact",
     "check_exercise",
+    "NOTEBOOKS_DIR",
+    "check_param_type",
     "check_parameters",
+    "check_params",
     "git_commit",
     "gold_rollout",
     "gold_script",
     "heldout_points",
+    "parameters_of",
     "reference_results",
     "runs_root",
     "stage_dir",

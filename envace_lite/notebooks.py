@@ -34,7 +34,6 @@ Usage::
 """
 from __future__ import annotations
 
-import ast
 import html
 import json
 import os
@@ -47,13 +46,18 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite.config import OFFLINE_PROFILES, check_profile
-from envace_lite.course import check_param_type, git_commit, runs_root
-from envace_lite.paths import REPO_ROOT, new_run_dir
+from envace_lite.course import (
+    NOTEBOOKS_DIR,
+    check_param_type,
+    git_commit,
+    parameters_of,
+    runs_root,
+)
+from envace_lite.paths import new_run_dir
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
 
-NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 """The committed notebooks (``NN_topic.ipynb``) and ``solutions/``."""
 
 TIMEOUTS = {"smoke": (300, 600), "micro": (1800, 3600), "laptop": (1800, 3600),
@@ -85,28 +89,6 @@ class NotebookFailed(RuntimeError):
 def discover(source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     """The committed notebooks ``NN_topic.ipynb`` of ``source_dir``, in order."""
     return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
-
-
-def parameters_of(nb: Any) -> dict[str, Any]:
-    """The defaults of a notebook's ``parameters`` cell (a path or a NotebookNode).
-
-    Raises:
-        ValueError: the notebook has no, or more than one, ``parameters`` cell.
-    """
-    import nbformat
-
-    if not hasattr(nb, "cells"):
-        nb = nbformat.read(str(nb), as_version=4)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
-        raise ValueError(f"expected exactly one 'parameters' cell, found {len(cells)}")
-    out = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            out[node.targets[0].id] = ast.literal_eval(node.value)
-        elif isinstance(node, ast.AnnAssign):
-            out[node.target.id] = ast.literal_eval(node.value)
-    return out
 
 
 def _select(paths: list[Path], only: list[str] | None) -> list[Path]:
@@ -393,7 +375,6 @@ __all__ = [
     "discover",
     "export_html",
     "minimal_html",
-    "parameters_of",
     "run_notebook",
     "run_series",
     "write_index",

@@ -98,7 +98,7 @@ def test_notebook_structure(path):
     assert list(declared)[:4] == REQUIRED_PARAMETERS
     assert declared["profile"] == "laptop" and declared["run_dir"] == ""
     assert declared["artifacts_dir"] == ""
-    assert nbs.parameters_of(nb) == declared
+    assert course.parameters_of(nb) == declared
     # papermill's own parser reads every parameter with its help text
     inspected = {p.name: p for p in PythonTranslator.inspect(params)}
     assert list(inspected) == list(declared) and all(p.help for p in inspected.values())

@@ -422,29 +422,29 @@ def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_
     res = CliRunner().invoke(app, ["notebooks", "--profile", "nope", "--out", str(out)])
     assert res.exit_code == 2 and res.output.startswith("error: unknown profile 'nope'")
     res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
-                                   "-p", "task_index=abc", "--out", str(out)])
+                                   "-p", "seed=abc", "--out", str(out)])
     assert res.exit_code == 2, res.output
-    assert res.output.startswith("error: notebook parameter task_index='abc': expected int")
+    assert res.output.startswith("error: notebook parameter seed='abc': expected int")
     res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
-                                   "-p", "02:task_index=1.5", "--out", str(out)])
-    assert res.exit_code == 2 and "task_index=1.5: expected int" in res.output
+                                   "-p", "02:seed=1.5", "--out", str(out)])
+    assert res.exit_code == 2 and "seed=1.5: expected int" in res.output
     assert not out.exists()
 
 
 def test_check_params_checks_names_and_types_from_the_parameters_cell():
     from envace_lite.config import ConfigError
     from envace_lite.course import check_params
-    from envace_lite.notebooks import parameters_of
+    from envace_lite.course import parameters_of
     from envace_lite.paths import REPO_ROOT
 
     defaults = parameters_of(REPO_ROOT / "notebooks" / "02_act_and_rehearse.ipynb")
     assert check_params(dict(defaults), "02_act_and_rehearse") == defaults
-    with pytest.raises(ConfigError, match=r"^notebook parameter task_index='abc': expected int"):
-        check_params({**defaults, "task_index": "abc"}, "02_act_and_rehearse")
+    with pytest.raises(ConfigError, match=r"^notebook parameter seed='abc': expected int"):
+        check_params({**defaults, "seed": "abc"}, "02_act_and_rehearse")
     with pytest.raises(ConfigError, match="seed=True: expected int"):
         check_params({**defaults, "seed": True}, "02_act_and_rehearse")
     with pytest.raises(KeyError, match="unknown notebook parameter"):
-        check_params({**defaults, "task_indx": 1}, "02_act_and_rehearse")
+        check_params({**defaults, "sead": 1}, "02_act_and_rehearse")
 
 
 # ---------------------------------------------------------------------------------------------
