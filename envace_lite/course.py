@@ -51,26 +51,37 @@ def quiet() -> None:
     """Filter the warnings and loading bars that are not the student's business, in one place.
 
     Installs ``NOT_THE_STUDENTS_BUSINESS`` (``warnings.filterwarnings``), turns off the
-    transformers progress bars (the ~40 GGUF de-quantization bars of a SmolLM2 load) and lowers
-    the transformers, datasets and accelerate loggers to errors. ``versions()`` calls it, so the
-    second cell of every notebook does it. Idempotent; never raises.
+    transformers and hub progress bars (the ~40 GGUF de-quantization bars of a SmolLM2 load)
+    through their environment variables (set only when unset; nothing is imported, so the cell
+    stays fast) and lowers the transformers, datasets and accelerate loggers to errors.
+    ``versions()`` calls it, so the second cell of every notebook does it. Idempotent; never
+    raises.
     """
     import logging
+    import sys
     import warnings
 
     for action, category, module in NOT_THE_STUDENTS_BUSINESS:
         warnings.filterwarnings(action, category=category, module=module)
-    warnings.filterwarnings("ignore", message=r"IProgress not found")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", message=r"IProgress not found")  # tqdm's text fallback
+    # read by transformers and huggingface_hub when they are imported (later, in the notebook)
+    for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                        ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+                        ("TOKENIZERS_PARALLELISM", "false"),
+                        # tqdm bars that do not pass disable= themselves (the GGUF loader's);
+                        # progress.progress passes it, so the course's own bars still show
+                        ("TQDM_DISABLE", "1")):
+        os.environ.setdefault(name, value)
     for name in ("transformers", "datasets", "accelerate", "trl", "peft"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
+    if "transformers" in sys.modules:  # already imported: switch its bars off directly
+        try:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001, S110 (transformers missing or changed: the bars stay)
-        pass
+            hf_logging.disable_progress_bar()
+            hf_logging.set_verbosity_error()
+        except Exception:  # noqa: BLE001, S110 (an API change: the bars stay, nothing breaks)
+            pass
 
 
 def versions() -> None:
