@@ -16,7 +16,8 @@ from envace_lite import notebooks as nbs
 from envace_lite import prompts, protocol
 from envace_lite.commit import Episode, run_committed
 from envace_lite.envs import make_env
-from envace_lite.generation import HFGenerator, chat_ids
+from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
+from envace_lite.types import ToolCall
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "05_private_rehearsal.ipynb"
 TAGS = {"build-setup", "build", "build-check"}
@@ -34,15 +35,53 @@ def notebook_cells() -> tuple[list[str], list[str]]:
     return [c.source for c in code[first:start]], [c.source for c in code if TAGS & tags(c)]
 
 
-@pytest.fixture(scope="module")
-def ns(tmp_path_factory):
+def run_notebook_cells(run_dir, generator=None) -> dict:
+    """The parameter, config and model cells under smoke, then the build cells; ``generator``
+    replaces the notebook's ``HFGenerator`` (a factory called as ``HFGenerator(model, tok,
+    seed=...)``) in the build cells."""
     before, build = notebook_cells()
     space: dict = {}
     exec(compile(before[0], "<parameters>", "exec"), space)  # noqa: S102 (our own cells)
-    space.update(profile="smoke", run_dir=str(tmp_path_factory.mktemp("nb05")), n_tasks=1)
-    for src in before[1:] + build:
+    space.update(profile="smoke", run_dir=str(run_dir), n_tasks=1)
+    for src in before[1:]:
+        exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
+    if generator is not None:
+        space["HFGenerator"] = generator
+    for src in build:
         exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
     return space
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory):
+    return run_notebook_cells(tmp_path_factory.mktemp("nb05"))
+
+
+DRILL_SCRIPT = {
+    # the two imagined attempts (the id as typed, then with '#'), then the committed call
+    "act": [protocol.assistant_text([ToolCall("get_order_details", {"order_id": "W3220203"})]),
+            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
+            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})])],
+    "rehearse": [protocol.rehearsal_text("Error: Order not found"),
+                 protocol.rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')],
+    "feedback": ["<assessment>The id lacks its '#'.</assessment><revision>Add the '#'.</revision>",
+                 "<assessment>Right id.</assessment><revision>Keep it.</revision>"],
+    "memory": ["<memory>Order ids are stored with '#': call get_order_details with #W3220203."
+               + "</memory>"],
+}
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """The build cells with a scripted policy that calls tools, writes tagged feedback and a
+    memory: every branch the random smoke model never reaches (real calls, memory insertion)."""
+    holder: dict = {}
+
+    def factory(model, tok, seed=0):
+        return ScriptedGenerator(DRILL_SCRIPT, tok)
+
+    holder.update(run_notebook_cells(tmp_path_factory.mktemp("nb05s"), factory))
+    return holder
 
 
 def test_the_notebook_builds_and_checks_in_tagged_cells():
@@ -95,3 +134,24 @@ def test_the_sequential_context_for_attempt_two(ns):
     assert "### Attempt 1 (imagined results)" in msg["content"]
     assert "### Attempt 2" not in msg["content"]
     assert msg["content"].endswith(ns["feedback_texts"][0])
+
+
+def test_scripted_rehearsal_with_memory_and_real_calls_equals_run_committed(scripted):
+    ns = scripted
+    assert ns["feedback_texts"] == ["Assessment: The id lacks its '#'.\nRevision: Add the '#'.",
+                                    "Assessment: Right id.\nRevision: Keep it."]
+    assert ns["memory"] == "Order ids are stored with '#': call get_order_details with #W3220203."
+    history = ns["history"]
+    assert history[0] == prompts.memory_message(ns["memory"])  # right after the request
+    assert history[1]["role"] == "assistant" and "#W3220203" in history[1]["content"]
+    assert history[2]["content"].startswith("<tool_response>")  # a real observation
+    assert ns["env"].real_calls == 1 and [t.real_calls for t in ns["attempts"]] == [0, 0]
+    env = make_env(ns["DRILLS"], ns["drill_id"])
+    ep = Episode(ns["DRILLS"], ns["drill_id"], 0, env, env.reset())
+    [row] = run_committed(ScriptedGenerator(DRILL_SCRIPT, ns["tok"]), ns["tok"], [ep],
+                          ns["hand_cfg"], rehearsal="parallel", n=2)
+    assert ep.history == history
+    assert [a.trajectory.act_ids for a in ep.rehearsals[0].attempts] == [
+        t.act_ids for t in ns["attempts"]]
+    assert row["real_calls"] == 1 and row["rehearsal_real_calls"] == 0
+    assert row["reward"] == ns["hand_reward"] and row["stop_reason"] == ns["stop"]
