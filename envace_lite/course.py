@@ -41,12 +41,63 @@ _IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython", "open"}
 _LITERALS = (str, int, float, bool, list, dict, tuple, type(None))
 
 
+NOT_THE_STUDENTS_BUSINESS = (
+    ("ignore", FutureWarning, r"(transformers|trl|peft|accelerate|datasets)(\.|$)"),
+    ("ignore", DeprecationWarning, r"(transformers|trl|peft|accelerate|datasets|jupyter_client)(\.|$)"),
+    ("ignore", UserWarning, r"(trl|peft|accelerate)(\.|$)"),
+    ("ignore", UserWarning, r"torch\.(utils|autograd)(\.|$)"),
+)
+"""``(action, category, module regex)`` warning filters installed by ``quiet``: deprecation
+notices and internal hints of the libraries under the course (about their own upcoming API
+changes, not about the student's code). Warnings raised by the course's own code still show."""
+
+
+def quiet() -> None:
+    """Filter the warnings and loading bars that are not the student's business, in one place.
+
+    Installs ``NOT_THE_STUDENTS_BUSINESS`` (``warnings.filterwarnings``), turns off the
+    transformers and hub progress bars (the ~40 GGUF de-quantization bars of a SmolLM2 load)
+    through their environment variables (set only when unset; nothing is imported, so the cell
+    stays fast) and lowers the transformers, datasets and accelerate loggers to errors.
+    ``versions()`` calls it, so the second cell of every notebook does it. Idempotent; never
+    raises.
+    """
+    import logging
+    import sys
+    import warnings
+
+    for action, category, module in NOT_THE_STUDENTS_BUSINESS:
+        warnings.filterwarnings(action, category=category, module=module)
+    warnings.filterwarnings("ignore", message=r"IProgress not found")  # tqdm's text fallback
+    # read by transformers and huggingface_hub when they are imported (later, in the notebook)
+    for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                        ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+                        ("TOKENIZERS_PARALLELISM", "false"),
+                        # tqdm bars that do not pass disable= themselves (the GGUF loader's);
+                        # progress.progress passes it, so the course's own bars still show
+                        ("TQDM_DISABLE", "1")):
+        os.environ.setdefault(name, value)
+    for name in ("transformers", "datasets", "accelerate", "trl", "peft"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules:  # already imported: switch its bars off directly
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            hf_logging.set_verbosity_error()
+        except Exception:  # noqa: BLE001, S110 (an API change: the bars stay, nothing breaks)
+            pass
+
+
 def versions() -> None:
     """Print the versions, the commit and the machine a notebook ran on (the second cell).
 
     Package versions come from their metadata, so this cell does not pay for importing them.
+    Also calls ``quiet``: the filters for warnings that are not the student's business.
     """
     from importlib.metadata import PackageNotFoundError, version
+
+    quiet()
 
     import torch
 

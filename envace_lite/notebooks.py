@@ -194,9 +194,44 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+PROGRESS_EVERY = 15.0
+"""Seconds between two live progress lines of a running notebook (``run_notebook``)."""
+
+
+def running_cell(executed: Path) -> tuple[int, int] | None:
+    """``(1-based code cell now running, code cells)`` of a notebook papermill is executing.
+
+    papermill saves the output notebook after each cell with a ``papermill.status`` per cell;
+    the first cell marked ``running`` (or, between two saves, the first ``pending`` one) is the
+    current one. None while the file is missing or half-written.
+    """
+    try:
+        cells = [c for c in json.loads(executed.read_text())["cells"]
+                 if c.get("cell_type") == "code"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    for wanted in ("running", "pending"):
+        if wanted in status:
+            return status.index(wanted) + 1, len(cells)
+    return None
+
+
+def _report_progress(name: str, executed: Path, start: float, shown: Any) -> Any:
+    """Log one live line (notebook, cell, elapsed time); returns what was shown."""
+    cell = running_cell(executed)
+    elapsed = time.perf_counter() - start
+    where = f"cell {cell[0]}/{cell[1]}" if cell else "starting the kernel"
+    log.info("notebook %s: %s, %.0f s elapsed", name, where, elapsed)
+    return cell
+
+
 def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: int,
                  timeout: int, profile: str) -> dict[str, Any]:
-    """Execute one notebook into ``stage``; return its record (never raises on a failed cell)."""
+    """Execute one notebook into ``stage``; return its record (never raises on a failed cell).
+
+    While it runs, one log line every ``PROGRESS_EVERY`` seconds names the notebook, the code cell
+    it is executing and the elapsed time, so a long cell never looks like a hang."""
     stage.mkdir(parents=True, exist_ok=True)
     (stage / "parameters.json").write_text(json.dumps(params, indent=1))
     executed = stage / src.name
@@ -207,11 +242,17 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
     with open(stage / "papermill.log", "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_env(profile),
                                 start_new_session=True)
-        try:
-            rc, timed_out = proc.wait(timeout=timeout), False
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            rc, timed_out = -1, True
+        rc, timed_out, shown = None, False, None
+        while rc is None:
+            left = timeout - (time.perf_counter() - start)
+            try:
+                rc = proc.wait(timeout=max(0.1, min(PROGRESS_EVERY, left)))
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - start >= timeout:
+                    _stop(proc)
+                    rc, timed_out = -1, True
+                    break
+                shown = _report_progress(src.stem, executed, start, shown)
     record = {"name": src.stem, "seconds": round(time.perf_counter() - start, 1),
               "notebook": executed.name, "status": "ok", "cell": None, "error": ""}
     if timed_out or rc != 0:
@@ -377,5 +418,6 @@ __all__ = [
     "minimal_html",
     "run_notebook",
     "run_series",
+    "running_cell",
     "write_index",
 ]

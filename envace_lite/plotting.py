@@ -239,11 +239,16 @@ def plot_act_history(traj: Any, title: str | None = None) -> Figure:
         ax = fig.add_subplot()
         for a, b, color in segments:
             ax.barh(0, b - a, left=a, height=0.5, color=color, edgecolor="white", linewidth=0.3)
+        n = max(1, len(traj.act_ids))
         for t, (a, b) in enumerate(traj.act_spans):
-            ax.text((a + b) / 2, 0.32, f"a_{t}", ha="center", va="bottom", fontsize=7)
+            # a label near either end is aligned inwards, so that the figure edge never cuts it
+            mid = (a + b) / 2
+            ha = "right" if mid > 0.95 * n else "left" if mid < 0.05 * n else "center"
+            ax.text(b if ha == "right" else a if ha == "left" else mid, 0.32, f"a_{t}", ha=ha,
+                    va="bottom", fontsize=7)
         ax.set_ylim(-0.4, 1.1)
         ax.set_yticks([])
-        ax.set_xlim(0, len(traj.act_ids))
+        ax.set_xlim(0, n)
         ax.set_xlabel("token position in the ACT history")
         ax.set_title(title or f"ACT history of {traj.task.id} ({traj.mode})")
         observed = "real o_t" if traj.mode == "real" else "ô_t"
@@ -373,9 +378,13 @@ def plot_training_curves(metrics: Any, heldout: list[dict[str, Any]] | None = No
             ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="--", marker=marker, color=col,
                     label=text)
             if key == "committed_reward":
+                # stages at one step (before and after SFT are both step 0) are stacked, not
+                # drawn over each other
+                seen: dict[float, int] = {}
                 for x, y, stage in pts:
+                    k = seen[x] = seen.get(x, -1) + 1
                     ax.annotate(stage.replace("_", " "), (x, y), textcoords="offset points",
-                                xytext=(4, 6), fontsize=7, color=col)
+                                xytext=(4, 6 + 10 * k), fontsize=7, color=col)
         ax.set_xlabel("GRPO step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("reward / agreement (0-1)")
@@ -489,7 +498,8 @@ def plot_ablation(ours: dict[str, float | None], *, profile: str, source: str,
 
 
 def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, source: str,
-                          metric: str = "exact_match", top: int = 12) -> Figure:
+                          metric: str = "exact_match", top: int = 12,
+                          fallback: str = "exact_match") -> Figure:
     """Per-tool fidelity bars: ``metric`` of each tool's held-out pairs, with the pair counts.
 
     Args:
@@ -498,6 +508,9 @@ def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, 
         metric: a rate of ``fidelity.aggregate`` (``exact_match``, ``error_agreement``,
             ``field_recall`` ...).
         top: draw the tools with the most pairs, at most this many.
+        fallback: drawn instead of ``metric`` when ``metric`` has one value on every bar (e.g.
+            error agreement at 100 % because no pair has an error on either side); the title
+            says so.
     """
     report = _load(report)
     tools = report["held_out"]["slices"].get("tool", {})
@@ -509,6 +522,13 @@ def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, 
         xs = list(range(len(ranked)))
         width = 0.4 if upper else 0.7
         vals = [100 * (m.get(metric) or 0.0) for _, m in ranked]
+        note = ""
+        if len(ranked) > 1 and len(set(vals)) == 1 and metric != fallback:
+            # one value on every bar (error agreement is 100 % when no pair has an error on
+            # either side) tells the tools nothing apart: draw the fallback metric instead
+            note = f"; {metric} is {vals[0]:.0f} % on every tool, so {fallback} is drawn"
+            metric = fallback
+            vals = [100 * (m.get(metric) or 0.0) for _, m in ranked]
         bars = ax.bar([x - (width / 2 if upper else 0) for x in xs], vals, width,
                       color=COLORS["held_out"], label="held-out, <unavailable>")
         for b, (_, m) in zip(bars, ranked):
@@ -522,7 +542,7 @@ def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, 
         ax.set_xticklabels([t for t, _ in ranked], rotation=35, ha="right", fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_ylabel(f"{metric} (%)")
-        ax.set_title(f"Fidelity per tool ({metric}), {profile} ({source})", fontsize=10)
+        ax.set_title(f"Fidelity per tool ({metric}), {profile} ({source}{note})", fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
     return fig

@@ -461,3 +461,18 @@ def test_notebook_alone_under_laptop_with_nbconvert(tmp_path, stem, output):
                 if o.output_type == "error"]
     [stage] = (tmp_path / "runs" / "notebooks").glob(f"laptop__s0__*/{stem}")
     assert (stage / output).exists()
+
+
+def test_running_cell_reads_papermill_status(tmp_path):
+    path = tmp_path / "executed.ipynb"
+    assert nbs.running_cell(path) is None  # not written yet
+    cells = [new_markdown_cell("# t")] + [new_code_cell(f"x = {i}") for i in range(3)]
+    for cell, status in zip(cells[1:], ["completed", "running", "pending"]):
+        cell.metadata["papermill"] = {"status": status}
+    nbformat.write(new_notebook(cells=cells), str(path))
+    assert nbs.running_cell(path) == (2, 3)
+    cells[2].metadata["papermill"]["status"] = "completed"  # between two saves
+    nbformat.write(new_notebook(cells=cells), str(path))
+    assert nbs.running_cell(path) == (3, 3)
+    path.write_text('{"cells": [')  # half-written
+    assert nbs.running_cell(path) is None

@@ -231,3 +231,39 @@ def test_paper_numbers_are_the_summary_s():
     for tau2, bfcl, overall in t3.values():  # Overall = mean of the two benchmark Avg.s
         assert overall == pytest.approx((tau2 + bfcl) / 2, abs=0.06)
     assert course.PAPER["fig6"]["parallel"] == {1: 42.12, 2: 43.88, 3: 39.00}
+
+
+def test_fidelity_by_tool_draws_the_fallback_when_every_bar_is_equal():
+    # error agreement is 0.5 on every tool of report(): one value says nothing about the tools
+    rep = report({"ls": (3, 0.5), "cd": (7, 0.25)})
+    fig = plotting.plot_fidelity_by_tool(rep, profile="smoke", source="fresh",
+                                         metric="error_agreement")
+    [ax] = fig.axes
+    assert bar_heights(ax, "held-out, <unavailable>") == [25.0, 50.0]  # exact match, cd then ls
+    assert "error_agreement is 50 % on every tool" in ax.get_title()
+    assert ax.get_ylabel() == "exact_match (%)"
+
+
+def test_training_curves_stack_the_labels_of_stages_at_one_step():
+    heldout = [{"stage": "before_sft", "step": 0, "committed_reward": 0.0},
+               {"stage": "after_sft", "step": 0, "committed_reward": 0.0},
+               {"stage": "after_envace", "step": 4, "committed_reward": 0.0}]
+    fig = plotting.plot_training_curves(rows([0.1, 0.2, 0.3, 0.4]), heldout, profile="micro",
+                                        source="fresh", diagnostics=False)
+    [ax] = fig.axes
+    offsets = {t.get_text(): t.xyann for t in ax.texts}
+    assert offsets["before sft"] != offsets["after sft"]
+    assert abs(offsets["after sft"][1] - offsets["before sft"][1]) == 10
+
+
+def test_act_history_labels_stay_inside_the_axes():
+    from envace_lite.rollout import Trajectory
+    from envace_lite.types import Task
+
+    traj = Trajectory(Task("t", "toy", "test", [], [], [[]], [[]], [[]], [[]]), 0,
+                      act_ids=list(range(100)), act_mask=[0] * 100, act_prompt_len=10,
+                      act_spans=[(1, 4), (20, 30), (97, 100)])
+    fig = plotting.plot_act_history(traj)
+    [ax] = fig.axes
+    placed = {t.get_text(): (t.get_position()[0], t.get_ha()) for t in ax.texts}
+    assert placed == {"a_0": (1, "left"), "a_1": (25.0, "center"), "a_2": (100, "right")}

@@ -1,0 +1,157 @@
+"""Notebook 05's build cells against the package: private rehearsal written by hand equals
+``commit.run_committed`` token for token under greedy decoding.
+
+The notebook's parameter, config and model cells run under ``smoke`` (the tiny random Qwen3),
+then its ``build-setup``, ``build`` and ``build-check`` cells: N parallel attempts on the Fig. 7
+lookup drill, a FEEDBACK on each, the MEMORY m_x and the committed execution that reads it. The
+test then runs ``run_committed`` itself on a fresh env of the same drill, with a fresh generator,
+and compares the attempts, the feedback, the memory, the committed history and the counters.
+"""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from envace_lite import notebooks as nbs
+from envace_lite import prompts, protocol
+from envace_lite.commit import Episode, run_committed
+from envace_lite.envs import make_env
+from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
+from envace_lite.types import ToolCall
+
+NOTEBOOK = nbs.NOTEBOOKS_DIR / "05_private_rehearsal.ipynb"
+TAGS = {"build-setup", "build", "build-check"}
+
+
+def tags(cell) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def notebook_cells() -> tuple[list[str], list[str]]:
+    """(the cells before the build section: parameters, config, model; the build cells)."""
+    code = [c for c in nbformat.read(str(NOTEBOOK), as_version=4).cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(code) if "parameters" in tags(c))
+    start = next(i for i, c in enumerate(code) if TAGS & tags(c))
+    return [c.source for c in code[first:start]], [c.source for c in code if TAGS & tags(c)]
+
+
+def run_notebook_cells(run_dir, generator=None) -> dict:
+    """The parameter, config and model cells under smoke, then the build cells; ``generator``
+    replaces the notebook's ``HFGenerator`` (a factory called as ``HFGenerator(model, tok,
+    seed=...)``) in the build cells."""
+    before, build = notebook_cells()
+    space: dict = {}
+    exec(compile(before[0], "<parameters>", "exec"), space)  # noqa: S102 (our own cells)
+    space.update(profile="smoke", run_dir=str(run_dir), n_tasks=1)
+    for src in before[1:]:
+        exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
+    if generator is not None:
+        space["HFGenerator"] = generator
+    for src in build:
+        exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
+    return space
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory):
+    return run_notebook_cells(tmp_path_factory.mktemp("nb05"))
+
+
+DRILL_SCRIPT = {
+    # the two imagined attempts (the id as typed, then with '#'), then the committed call
+    "act": [protocol.assistant_text([ToolCall("get_order_details", {"order_id": "W3220203"})]),
+            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
+            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})])],
+    "rehearse": [protocol.rehearsal_text("Error: Order not found"),
+                 protocol.rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')],
+    "feedback": ["<assessment>The id lacks its '#'.</assessment><revision>Add the '#'.</revision>",
+                 "<assessment>Right id.</assessment><revision>Keep it.</revision>"],
+    "memory": ["<memory>Order ids are stored with '#': call get_order_details with #W3220203."
+               + "</memory>"],
+}
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """The build cells with a scripted policy that calls tools, writes tagged feedback and a
+    memory: every branch the random smoke model never reaches (real calls, memory insertion)."""
+    holder: dict = {}
+
+    def factory(model, tok, seed=0):
+        return ScriptedGenerator(DRILL_SCRIPT, tok)
+
+    holder.update(run_notebook_cells(tmp_path_factory.mktemp("nb05s"), factory))
+    return holder
+
+
+def test_the_notebook_builds_and_checks_in_tagged_cells():
+    code = [c for c in nbformat.read(str(NOTEBOOK), as_version=4).cells if c.cell_type == "code"]
+    built = sum(bool({"build", "build-check"} & tags(c)) for c in code)
+    assert sum("build-check" in tags(c) for c in code) >= 3
+    assert built / len(code) >= 0.25, (built, len(code))
+
+
+def test_rehearsal_never_executes_and_the_memory_sits_after_the_request(ns):
+    assert [tr.real_calls for tr in ns["attempts"]] == [0] * ns["N"]
+    history = ns["history"]
+    if ns["memory"]:
+        assert history[0] == prompts.memory_message(ns["memory"])
+        assert history[0]["content"].startswith("[Private rehearsal memory")
+    assert ns["env"].real_calls == sum(
+        len(protocol.parse_act(m["content"], ns["tools"]).calls) for m in history
+        if m["role"] == "assistant")
+
+
+def test_hand_rehearsal_equals_run_committed_token_for_token(ns):
+    env = make_env(ns["DRILLS"], ns["drill_id"])
+    ep = Episode(ns["DRILLS"], ns["drill_id"], 0, env, env.reset())
+    [row] = run_committed(HFGenerator(ns["model"], ns["tok"], seed=0), ns["tok"], [ep],
+                          ns["hand_cfg"], rehearsal="parallel", n=ns["N"])
+    rec = ep.rehearsals[0]
+    assert len(rec.attempts) == ns["N"] == 2
+    assert [a.trajectory.act_ids for a in rec.attempts] == [t.act_ids for t in ns["attempts"]]
+    assert [a.transcript(ns["rc"].attempt_chars) for a in rec.attempts] == ns["transcripts"]
+    assert [a.feedback.text for a in rec.attempts] == ns["feedback_texts"]
+    assert rec.memory.text == ns["memory"]
+    tok, cfg = ns["tok"], ns["hand_cfg"]
+
+    def ids(history):
+        return chat_ids(tok, protocol.act_messages(ep.messages, ep.env.tool_schemas(),
+                                                   cfg.rollout.rendering,
+                                                   cfg.rollout.compact_policy_chars, history),
+                        add_generation_prompt=False)
+
+    assert ep.history == ns["history"]
+    assert ids(ep.history) == ids(ns["history"])
+    assert row["rehearsal_real_calls"] == 0
+    assert row["real_calls"] == ns["env"].real_calls and row["turns"] == ns["turns"]
+    assert row["reward"] == ns["hand_reward"]
+
+
+def test_the_sequential_context_for_attempt_two(ns):
+    msg = ns["context_2"]
+    assert msg["role"] == "user"
+    assert "### Attempt 1 (imagined results)" in msg["content"]
+    assert "### Attempt 2" not in msg["content"]
+    assert msg["content"].endswith(ns["feedback_texts"][0])
+
+
+def test_scripted_rehearsal_with_memory_and_real_calls_equals_run_committed(scripted):
+    ns = scripted
+    assert ns["feedback_texts"] == ["Assessment: The id lacks its '#'.\nRevision: Add the '#'.",
+                                    "Assessment: Right id.\nRevision: Keep it."]
+    assert ns["memory"] == "Order ids are stored with '#': call get_order_details with #W3220203."
+    history = ns["history"]
+    assert history[0] == prompts.memory_message(ns["memory"])  # right after the request
+    assert history[1]["role"] == "assistant" and "#W3220203" in history[1]["content"]
+    assert history[2]["content"].startswith("<tool_response>")  # a real observation
+    assert ns["env"].real_calls == 1 and [t.real_calls for t in ns["attempts"]] == [0, 0]
+    env = make_env(ns["DRILLS"], ns["drill_id"])
+    ep = Episode(ns["DRILLS"], ns["drill_id"], 0, env, env.reset())
+    [row] = run_committed(ScriptedGenerator(DRILL_SCRIPT, ns["tok"]), ns["tok"], [ep],
+                          ns["hand_cfg"], rehearsal="parallel", n=2)
+    assert ep.history == history
+    assert [a.trajectory.act_ids for a in ep.rehearsals[0].attempts] == [
+        t.act_ids for t in ns["attempts"]]
+    assert row["real_calls"] == 1 and row["rehearsal_real_calls"] == 0
+    assert row["reward"] == ns["hand_reward"] and row["stop_reason"] == ns["stop"]
