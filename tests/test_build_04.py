@@ -18,7 +18,7 @@ import torch
 
 from envace_lite import notebooks as nbs
 from envace_lite.grpo import RoleWiseGRPOTrainer, rolewise_advantages
-from envace_lite.sft import encode_act, encode_rehearse
+from envace_lite.transcripts import encode_act, encode_rehearse
 from envace_lite.train import grpo_args
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "04_training_with_trl.ipynb"

@@ -102,12 +102,13 @@ def test_notebook_structure(path):
     # papermill's own parser reads every parameter with its help text
     inspected = {p.name: p for p in PythonTranslator.inspect(params)}
     assert list(inspected) == list(declared) and all(p.help for p in inspected.values())
-    # the config cell rejects unknown names, with exactly the declared list, then builds the config
+    # the config cell checks names and types against this notebook's own parameters cell, then
+    # builds the config
     calls = [n for n in ast.walk(ast.parse(config.source)) if isinstance(n, ast.Call)
-             and getattr(n.func, "id", "") == "check_parameters"]
-    assert len(calls) == 1 and ast.literal_eval(calls[0].args[1]) == list(declared)
-    assert config.source.index("check_parameters(") < config.source.index("get_config(profile")
-    # the cells before the config cell bind no public literal (check_parameters relies on it)
+             and getattr(n.func, "id", "") == "check_params"]
+    assert len(calls) == 1 and ast.literal_eval(calls[0].args[1]) == path.stem
+    assert config.source.index("check_params(") < config.source.index("get_config(profile")
+    # the cells before the config cell bind no public literal (check_params relies on it)
     assert "=" not in versions.source.replace("==", "")
     # nothing that blocks or breaks headless runs
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")

@@ -1,8 +1,8 @@
 """The tree points only inside itself: no pointer to a design document or issue tracker that the
 repository does not hold, and no absolute machine path.
 
-Cited design decisions live in ``docs/design.md`` and are cited by section name. The notebooks are
-checked by their own tests. ``benchmarks/results/`` is left out: its JSON files are records of
+Cited design decisions live in ``docs/design.md`` and are cited by section name. The notebooks,
+their solutions and the data READMEs are scanned too. ``benchmarks/results/`` is left out: its JSON files are records of
 past measurements (their ``machine`` and ``setup`` fields say where they ran), kept as measured.
 """
 from __future__ import annotations
@@ -11,9 +11,11 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ["envace_lite", "scaled", "benchmarks", "docs", "tests", "README.md"]
-SKIPPED = [ROOT / "benchmarks" / "results"]
-SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".sbatch", ".txt", ".cfg", ".jinja"}
+SCANNED = ["envace_lite", "scaled", "benchmarks", "docs", "tests", "notebooks", "data", "README.md",
+           "requirements-nodeps.txt", "Makefile", ".ci"]
+SKIPPED = [ROOT / "benchmarks" / "results", ROOT / "notebooks" / "runs"]
+SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".sbatch", ".txt", ".cfg", ".jinja",
+            ".ipynb", ""}
 
 # the patterns are assembled so that this file does not match itself
 OUTSIDE = {

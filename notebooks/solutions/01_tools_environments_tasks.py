@@ -12,6 +12,6 @@ def write_calls(env):
             if env.is_state_changing(call.name)]
 
 
-# Exercise 2: a user turn scores the sum of the weights of its passed items (DESIGN §1)
+# Exercise 2: a user turn scores the sum of the weights of its passed items (docs/design.md, "The checklist reward")
 def turn_score(items, passed):
     return sum(item.weight for item, ok in zip(items, passed) if ok)

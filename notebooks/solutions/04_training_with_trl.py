@@ -14,4 +14,4 @@ def signal_share(rows):
 
 # Exercise 2: one override per field; the warm start enters as model.checkpoint
 my_cfg = get_config("micro", {"grpo.mode": "per_role", "grpo.steps": 12, "run.seed": 3,
-                              "model.checkpoint": "/tmp/ws/checkpoint"})
+                              "model.checkpoint": "runs/ws/checkpoint"})
