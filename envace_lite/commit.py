@@ -49,7 +49,13 @@ from envace_lite.config import Config
 from envace_lite.envs import Env
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger, progress
-from envace_lite.rehearsal import DECODING, MODES, TurnRehearsal, rehearse_turns
+from envace_lite.rehearsal import (
+    DECODING,
+    MODES,
+    RehearsalExecuted,
+    TurnRehearsal,
+    rehearse_turns,
+)
 from envace_lite.rollout import chat_glue, ids_with_stop
 from envace_lite.types import Observation, ToolCall
 
@@ -283,7 +289,10 @@ def _finish(ep: Episode, cfg: Config, mode: str, n: int) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 (a scoring crash must not lose the other rows)
         log.warning("%s: scoring failed: %r; reward 0", ep.task_id, exc)
         reward, details = 0.0, {"score_error": repr(exc)}
-    ep.env.close()
+    try:
+        ep.env.close()
+    except Exception as exc:  # noqa: BLE001 (a failing close must not lose the other rows)
+        log.warning("%s: closing its env failed: %r", ep.task_id, exc)
     return {
         "task_id": ep.task_id, "suite": ep.suite, "repeat": ep.repeat, "reward": float(reward),
         "turns": ep.turns, "user_turns": ep.user_turns, "tool_calls": ep.tool_calls,
@@ -317,6 +326,8 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
     are rehearsed as usual)."""
     try:
         records = rehearse_turns(todo, gen, tok, cfg, mode, n)
+    except RehearsalExecuted:  # an invariant broke: a bug, not one episode's failure
+        raise
     except Exception as exc:  # noqa: BLE001 (find the episode that failed; the rest go on)
         if len(todo) == 1:
             _fail(todo[0], "rehearsal", exc)
@@ -330,6 +341,8 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
     for ep in todo:
         try:
             (rec,) = rehearse_turns([ep], gen, tok, cfg, mode, n)
+        except RehearsalExecuted:
+            raise
         except Exception as exc:  # noqa: BLE001
             _fail(ep, "rehearsal", exc)
         else:

@@ -492,12 +492,12 @@ PAPER = {
 
 
 __all__ = [
+    "NOTEBOOKS_DIR",
     "PAPER",
     "REFERENCE_ROOT",
     "Reference",
     "artifact",
     "check_exercise",
-    "NOTEBOOKS_DIR",
     "check_param_type",
     "check_parameters",
     "check_params",

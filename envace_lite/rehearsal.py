@@ -122,6 +122,12 @@ class Memory:
     truncated: bool = False
 
 
+
+class RehearsalExecuted(RuntimeError):
+    """Rehearsal made a real call: an invariant of private rehearsal broke (a bug, never a
+    recoverable episode error; callers must let it through)."""
+
+
 def _tagged(text: str, open_tag: str, close_tag: str) -> str | None:
     """The content of the first ``open_tag`` block (an unclosed block runs to the end)."""
     i = text.find(open_tag)
@@ -400,7 +406,7 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
         rec.real_calls = (ep.env.real_calls - b) + sum(a.trajectory.real_calls
                                                        for a in rec.attempts)
         if rec.real_calls:
-            raise RuntimeError(f"{ep.task_id}: rehearsal made {rec.real_calls} real call(s); "
+            raise RehearsalExecuted(f"{ep.task_id}: rehearsal made {rec.real_calls} real call(s); "
                                "rehearsal must never execute (this is a bug)")
         rec.seconds = seconds / len(episodes)
     return recs
@@ -447,6 +453,7 @@ __all__ = [
     "Episode",
     "Feedback",
     "Memory",
+    "RehearsalExecuted",
     "TurnRehearsal",
     "imagined_task",
     "parse_feedback",

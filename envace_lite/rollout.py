@@ -198,6 +198,8 @@ def _fail(s: _Live, where: str, exc: BaseException) -> None:
     """End one trajectory on an exception in its own work, keeping what it has."""
     t = s.traj
     t.stop_reason, t.error = "error", f"{where}: {type(exc).__name__}: {exc}"[:500]
+    if t.env is not None:  # an env step that raised part-way may have executed some calls
+        t.real_calls = getattr(t.env, "real_calls", t.real_calls)
     s.calls, s.observations, s.terminal_call = [], [], None
     log.warning("%s #%d turn %d: trajectory ended by an error (%s)", t.task.id, t.index,
                 t.turns, t.error)

@@ -46,19 +46,22 @@ if [[ $DRY_RUN == 1 ]]; then
   echo "env: ${env_vars[*]}"
   echo "command: ${cmd[*]}"
   echo "resolved config:"
-  # what every rank's `envace-lite train` builds: the files in order, then the --set pairs
+  # what every rank's `envace-lite train` builds (cli.resolve_config, as `train` calls it)
   python - "${args[@]}" <<'PY'
 import json, sys
-from envace_lite.cli import _parse_overrides
-from envace_lite.config import get_config, load_overrides
-argv, overrides, sets = sys.argv[1:], {}, []
+from envace_lite.cli import resolve_config
+argv, files, sets = sys.argv[1:], [], []
 for flag, value in zip(argv, argv[1:]):
     if flag == "--overrides":
-        overrides |= load_overrides(value)
+        files.append(value)
     elif flag == "--set":
         sets.append(value)
+flags = {"--seed": "run.seed", "--mode": "grpo.mode", "--steps": "grpo.steps"}
+given = {key: argv[argv.index(flag) + 1] for flag, key in flags.items() if flag in argv}
+extra = {"run.seed": int(given.pop("run.seed", 0))}
+final = {k: int(v) if k == "grpo.steps" else v for k, v in given.items()}
 profile = argv[argv.index("--profile") + 1]
-print(json.dumps(get_config(profile, overrides | _parse_overrides(sets)).to_dict(), indent=1))
+print(json.dumps(resolve_config(profile, files, sets, extra=extra, final=final).to_dict(), indent=1))
 PY
   exit 0
 fi

@@ -17,8 +17,8 @@ import torch
 from test_notebooks import load, run_cells, tagged
 
 from envace_lite import notebooks as nbs
+from envace_lite.advantages import flatten_outputs, rolewise_advantages
 from envace_lite.config import get_config
-from envace_lite.grpo import flatten_outputs, rolewise_advantages
 from envace_lite.rollout import Output, Trajectory
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "03_rolewise_advantages.ipynb"

@@ -5,7 +5,7 @@ The ``build-setup``, ``build`` and ``build-check`` cells of ``notebooks/04_train
 are executed in one namespace (the Fig. 7 drill, K = 2 scripted trajectories, a tiny random
 Qwen3). The test then recomputes the package side itself: a fresh ``RoleWiseGRPOTrainer`` on the
 initial weights and the same group gives the loss and gradient that the hand-written loss gave,
-within 1e-5 (``tests/test_grpo.py::reference_grad`` checks the same trainer against a one-row-per-
+within 1e-5 (``tests/test_grpo.py::test_trainer_loss_and_gradient_equal_rolewise_grpo_loss`` checks the same trainer against a one-row-per-
 output loss).
 """
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from envace_lite import notebooks as nbs
-from envace_lite.grpo import RoleWiseGRPOTrainer, rolewise_advantages
-from envace_lite.transcripts import encode_act, encode_rehearse
+from envace_lite.advantages import rolewise_advantages
+from envace_lite.grpo import RoleWiseGRPOTrainer
 from envace_lite.train import grpo_args
+from envace_lite.transcripts import encode_act, encode_rehearse
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "04_training_with_trl.ipynb"
 TAGS = ("build-setup", "build", "build-check")

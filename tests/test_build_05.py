@@ -35,10 +35,10 @@ def notebook_cells() -> tuple[list[str], list[str]]:
     return [c.source for c in code[first:start]], [c.source for c in code if TAGS & tags(c)]
 
 
-def run_notebook_cells(run_dir, generator=None) -> dict:
+def run_notebook_cells(run_dir, generator=None, cfg_hook=None) -> dict:
     """The parameter, config and model cells under smoke, then the build cells; ``generator``
     replaces the notebook's ``HFGenerator`` (a factory called as ``HFGenerator(model, tok,
-    seed=...)``) in the build cells."""
+    seed=...)``) in the build cells, and ``cfg_hook(cfg)`` edits the config before them."""
     before, build = notebook_cells()
     space: dict = {}
     exec(compile(before[0], "<parameters>", "exec"), space)  # noqa: S102 (our own cells)
@@ -47,6 +47,8 @@ def run_notebook_cells(run_dir, generator=None) -> dict:
         exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
     if generator is not None:
         space["HFGenerator"] = generator
+    if cfg_hook is not None:
+        cfg_hook(space["cfg"])
     for src in build:
         exec(compile(src, "<cell>", "exec"), space)  # noqa: S102
     return space
@@ -58,10 +60,12 @@ def ns(tmp_path_factory):
 
 
 DRILL_SCRIPT = {
-    # the two imagined attempts (the id as typed, then with '#'), then the committed call
+    # the two imagined attempts (the id as typed, then with '#'), then the committed call and
+    # the committed answer (a second ACT turn, on the extended token history)
     "act": [protocol.assistant_text([ToolCall("get_order_details", {"order_id": "W3220203"})]),
             protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
-            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})])],
+            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
+            "Your order #W3220203 is processed."],
     "rehearse": [protocol.rehearsal_text("Error: Order not found"),
                  protocol.rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')],
     "feedback": ["<assessment>The id lacks its '#'.</assessment><revision>Add the '#'.</revision>",
@@ -80,7 +84,10 @@ def scripted(tmp_path_factory):
     def factory(model, tok, seed=0):
         return ScriptedGenerator(DRILL_SCRIPT, tok)
 
-    holder.update(run_notebook_cells(tmp_path_factory.mktemp("nb05s"), factory))
+    def two_turns(cfg):  # one-turn attempts, a two-turn committed run
+        cfg.rehearsal.max_turns, cfg.eval.max_turns = 1, 2
+
+    holder.update(run_notebook_cells(tmp_path_factory.mktemp("nb05s"), factory, two_turns))
     return holder
 
 
@@ -123,6 +130,7 @@ def test_hand_rehearsal_equals_run_committed_token_for_token(ns):
 
     assert ep.history == ns["history"]
     assert ids(ep.history) == ids(ns["history"])
+    assert ep.act_ids == ns["act_ids"]  # the ACT prompts, extended on token ids as in training
     assert row["rehearsal_real_calls"] == 0
     assert row["real_calls"] == ns["env"].real_calls and row["turns"] == ns["turns"]
     assert row["reward"] == ns["hand_reward"]
@@ -151,6 +159,9 @@ def test_scripted_rehearsal_with_memory_and_real_calls_equals_run_committed(scri
     [row] = run_committed(ScriptedGenerator(DRILL_SCRIPT, ns["tok"]), ns["tok"], [ep],
                           ns["hand_cfg"], rehearsal="parallel", n=2)
     assert ep.history == history
+    # two committed ACT turns (a real call, then the answer): the second prompt extends the first
+    # on token ids, and the hand-built one equals the package's token for token
+    assert row["turns"] == ns["turns"] == 2 and ep.act_ids == ns["act_ids"]
     assert [a.trajectory.act_ids for a in ep.rehearsals[0].attempts] == [
         t.act_ids for t in ns["attempts"]]
     assert row["real_calls"] == 1 and row["rehearsal_real_calls"] == 0

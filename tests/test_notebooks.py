@@ -27,7 +27,7 @@ from papermill.translators import PythonTranslator
 
 from envace_lite import course
 from envace_lite import notebooks as nbs
-from envace_lite.grpo import rolewise_advantages
+from envace_lite.advantages import rolewise_advantages
 
 NOTEBOOKS = nbs.discover()
 SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",

@@ -433,8 +433,7 @@ def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_
 
 def test_check_params_checks_names_and_types_from_the_parameters_cell():
     from envace_lite.config import ConfigError
-    from envace_lite.course import check_params
-    from envace_lite.course import parameters_of
+    from envace_lite.course import check_params, parameters_of
     from envace_lite.paths import REPO_ROOT
 
     defaults = parameters_of(REPO_ROOT / "notebooks" / "02_act_and_rehearse.ipynb")
@@ -731,3 +730,45 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
                                             "episode's env step")
     assert by_id[second]["stop_reason"] != "error" and by_id[second]["error"] == ""
     assert "rehearse prompt of call 0: UnicodeError" in caplog.text  # an imagined attempt ended
+
+
+# ---------------------------------------------------------------------------------------------
+# A rehearsal that executed is a bug: it is never turned into one episode's error
+# ---------------------------------------------------------------------------------------------
+
+def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
+    from envace_lite import commit
+    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.rehearsal import RehearsalExecuted
+
+    suite = "tau2-retail-drills"
+    eps = []
+    for tid in list_tasks(suite, "test")[:2]:
+        env = make_env(suite, tid)
+        eps.append(commit.Episode(suite, tid, 0, env, env.reset()))
+    calls = []
+
+    def executed(todo, *a, **k):
+        calls.append(len(todo))
+        raise RehearsalExecuted("rehearsal made 1 real call(s)")
+
+    monkeypatch.setattr(commit, "rehearse_turns", executed)
+    with pytest.raises(RehearsalExecuted):
+        commit._rehearse_guarded(eps, None, None, None, "parallel", 1)
+    assert calls == [2] and all(ep.error == "" for ep in eps)  # no retry, nothing recorded
+
+    def broken(todo, *a, **k):  # an ordinary failure of the second episode's own rehearsal
+        calls.append(len(todo))
+        if len(todo) > 1 or todo[0] is eps[1]:
+            raise ValueError("bad prompt")
+        return ["record"]
+
+    calls.clear()
+    applied = []
+    monkeypatch.setattr(commit, "rehearse_turns", broken)
+    monkeypatch.setattr(commit, "apply_rehearsal", lambda ep, rec: applied.append((ep, rec)))
+    commit._rehearse_guarded(eps, None, None, None, "parallel", 1)
+    # the batch failed, then one by one: the first applied, the second ended with its error
+    assert calls == [2, 1, 1] and applied == [(eps[0], "record")]
+    assert eps[0].error == "" and eps[1].stop_reason == "error"
+    assert eps[1].error == "rehearsal: ValueError: bad prompt"

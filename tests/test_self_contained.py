@@ -69,3 +69,22 @@ def test_the_tree_points_only_inside_itself():
     found = [f"{f.relative_to(ROOT)}:{n}: {what}" for f in files
              for n, what in scan(f.read_text(errors="replace"))]
     assert not found, "pointers outside the repository:\n" + "\n".join(found[:40])
+
+
+CITATION = re.compile(r'design\.md`*[,:]? *\\?["\u201c]([^"\\\u201d]+)')
+"""A cited section: ``docs/design.md, "Name"`` (quotes escaped in notebook JSON, lines wrapped)."""
+
+
+def test_every_cited_design_section_exists():
+    heads = [line.lstrip("#").strip() for line in (ROOT / "docs" / "design.md").read_text()
+             .splitlines() if line.startswith("#")]
+    cited, missing = 0, []
+    for f in scanned_files():
+        text = f.read_text(errors="replace")
+        for m in CITATION.finditer(text):
+            # a wrapped citation: drop line breaks, comment markers and indentation
+            name = re.sub(r"\s*\n[\s#]*", " ", m.group(1)).strip().rstrip(".,;")
+            cited += 1
+            if not any(h.startswith(name) or name.startswith(h) for h in heads):
+                missing.append(f"{f.relative_to(ROOT)}: {name!r}")
+    assert cited > 50 and not missing, missing
