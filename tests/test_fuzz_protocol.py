@@ -180,33 +180,29 @@ QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_
          HealthCheck.large_base_example]
 
 
-def test_fuzz_protocol_path_ci(world):
-    """A fixed (derandomized) set of examples on every suite, under all three tokenizers."""
+def _fuzz(world, examples: int) -> int:
+    """Run ``examples`` derandomized Hypothesis examples through the path; how many ran."""
     before = world["ran"]["examples"]
 
-    @settings(max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
+    @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
               suppress_health_check=QUIET)
     @given(_example())
     def run(case):
         _run(world, case)
 
     run()
-    assert world["ran"]["examples"] - before >= CI_EXAMPLES
+    return world["ran"]["examples"] - before
+
+
+def test_fuzz_protocol_path_ci(world):
+    """A fixed (derandomized) set of examples on every suite, under all three tokenizers."""
+    assert _fuzz(world, CI_EXAMPLES) >= CI_EXAMPLES
 
 
 @pytest.mark.fuzz_long
 def test_fuzz_protocol_path_long(world):
     """The acceptance run: ``LONG_EXAMPLES`` ACT and REHEARSE outputs, zero exceptions."""
-    before = world["ran"]["examples"]
-
-    @settings(max_examples=LONG_EXAMPLES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=QUIET)
-    @given(_example())
-    def run(case):
-        _run(world, case)
-
-    run()
-    ran = world["ran"]["examples"] - before
+    ran = _fuzz(world, LONG_EXAMPLES)
     print(f"fuzz_long: {ran} ACT + {ran} REHEARSE outputs through the path, 0 exceptions")
     assert ran >= LONG_EXAMPLES
 

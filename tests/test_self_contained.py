@@ -50,8 +50,8 @@ def scan(text: str) -> list[tuple[int, str]]:
 def test_the_patterns_catch_what_they_mean():
     bad = "\n".join([
         "# see " + "DESIGN" + " §8",
-        "# fixed in issue 7",
-        "# as in issue #12",
+        "# fixed in " + "issue 7",
+        "# as in " + "issue #12",
         "# (" + "STYLE" + " rule 11)",
         'CKPT = "' + "/work" + '/ckpt/x"',
         "# read ../" + "shared/DESIGN.md",
