@@ -67,14 +67,22 @@ class ModelConfig:
     token sequence wherever it appears. A measured lever on the drills (``docs/drills.md``): it
     did not make the policy copy ids (held-out 16.7 % vs 19.2 % without it, no successful call)."""
     pretrain: str = ""
-    """``micro`` only: "" (random init) or a tau2 domain (``retail``, ``airline``): before any
+    """``micro`` only: "" (random init), ``copy``, or a tau2 domain (``retail``, ``airline``).
+
+    ``copy`` (beyond the paper; ``docs/drills.md``, "The copy warm-up"): before any warm start,
+    the model learns to copy an id or a value from a message into its answer, on synthetic,
+    entity-free samples (random ids in tau2's id formats, none of them in tau2's databases), the
+    skill a pretrained LLM brings. A tau2 domain: before any
     warm start, the model is trained as a language model on that domain's database records of
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
     them), meant to give it the id copying a pretrained LLM has (``micro.pretrained_base``). One
     base per profile (seed ``pretrain_seed``), shared by every run seed. A measured lever with
     no gain on the drills (``docs/drills.md``: 0.0 % held-out after 511 steps)."""
     pretrain_epochs: float = 12.0
-    """``micro`` only: passes over the pretraining corpus."""
+    """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
+    pretrain_steps: int = 300
+    """``micro`` only, ``pretrain="copy"``: optimizer steps of the copy warm-up (64 samples a
+    step; ``micro.copy_samples``)."""
     pretrain_seed: int = 0
     """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     dtype: str = "float32"
@@ -556,7 +564,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "model.num_heads": (1, None, "[]"), "model.intermediate_size": (1, None, "[]"),
     "model.vocab_size": (1, None, "[]"), "model.lora_r": (0, None, "[]"),
     "model.lora_dropout": (0, 1, "[)"), "model.context_window": (1, None, "[]"),
-    "model.pretrain_epochs": (0, None, "[]"),
+    "model.pretrain_epochs": (0, None, "[]"), "model.pretrain_steps": (1, None, "[]"),
     "rollout.max_turns": (1, None, "[]"), "rollout.max_prompt_tokens": (1, None, "[]"),
     "rollout.max_new_tokens_act": (1, None, "[]"),
     "rollout.max_new_tokens_rehearse": (1, None, "[]"),

@@ -87,3 +87,40 @@ def test_micro_profile_policy_and_budget(micro_cfg):
     assert 3e6 < sum(p.numel() for p in model.parameters()) < 6e6
     ids = chat_ids(tok2, [{"role": "user", "content": "ls"}])
     assert ids[0] == tok2.convert_tokens_to_ids("<|im_start|>")
+
+
+# ---------------------------------------------------------------------------------------------
+# The copy warm-up's samples (model.pretrain="copy")
+# ---------------------------------------------------------------------------------------------
+def test_copy_samples_need_copying_and_avoid_forbidden_ids():
+    import json
+    import re
+
+    from envace_lite.micro import copy_samples
+
+    a, b = copy_samples(40, seed=3), copy_samples(40, seed=3)
+    assert a == b and a != copy_samples(40, seed=4)
+    calls = reports = 0
+    for messages, answer in a:
+        text = messages[0]["content"]
+        if answer.startswith("<tool_call>"):
+            calls += 1
+            args = json.loads(answer.split("\n")[1])["arguments"]
+            (kind, value), = args.items()
+            said = value[1:] if kind == "order_id" else value
+            assert said in text  # the id the tool takes is in the message, as the user wrote it
+            if kind == "order_id":
+                assert re.fullmatch(r"#W\d{7}", value) and f"#{said}" not in text
+        else:
+            reports += 1
+            record = json.loads(text.split("\n")[1])
+            name = re.search(r"What is the (\w+)\?", text).group(1)
+            assert answer == f"The {name} is {record[name]}."
+    assert calls > 10 and reports > 10
+    # a forbidden id is never produced: forbid every id the seed makes, and none survives
+    first = {json.loads(ans.split("\n")[1])["arguments"].popitem()[1]
+             for _, ans in a if ans.startswith("<tool_call>")}
+    again = copy_samples(40, seed=3, forbidden=frozenset(first))
+    for _, ans in again:
+        if ans.startswith("<tool_call>"):
+            assert json.loads(ans.split("\n")[1])["arguments"].popitem()[1] not in first
