@@ -160,17 +160,13 @@ def eval_cmd(
         budget_sweep,
         check_out,
         evaluate,
-        format_table,
         policy_label,
         read_rows,
         result_config,
         save_config,
-        summarize_runs,
-        table3,
-        usage_table,
-        write_summary,
     )
     from envace_lite.paths import new_run_dir
+    from envace_lite.tables import format_table, summarize_runs, table3, usage_table, write_summary
 
     overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
                  **parse_overrides(set_)}
@@ -199,7 +195,7 @@ def eval_cmd(
     start = time.perf_counter()
     suites = suite or cfg.eval.suites
     if sweep:
-        from envace_lite.plotting import plot_budget_sweep
+        from envace_lite.eval_figures import plot_budget_sweep
 
         points = budget_sweep(as_policy("", cfg, seed), suites, cfg=cfg, out=run_dir, seed=seed,
                               force_new_config=force_new_config)
@@ -295,7 +291,7 @@ def check_benchmarks(
             env = make_env(s, tid)
             try:
                 if corrupt and hasattr(env, "corrupted_turns"):  # the drills
-                    from envace_lite.envs.drills import play
+                    from envace_lite.envs.drill_baselines import play
 
                     if not (env.drill.write_allowed or env.drill.forbidden is not None):
                         skipped += 1
@@ -365,7 +361,7 @@ def drills_generate(
     from dataclasses import asdict
     from pathlib import Path
 
-    from envace_lite.envs.drills import generate, skipped_by_reason
+    from envace_lite.envs.drill_gen import generate, skipped_by_reason
 
     gen = generate(domain, seed, tiers=tier or None, count=count)
     if out:
@@ -406,7 +402,7 @@ def drills_baselines(
     from pathlib import Path
 
     from envace_lite.envs import list_tasks, make_env
-    from envace_lite.envs.drills import BASELINES, baseline_turns, play
+    from envace_lite.envs.drill_baselines import BASELINES, baseline_turns, play
 
     if limit < 0:
         raise ValueError(f"--limit {limit}: use 0 (all) or a positive count")

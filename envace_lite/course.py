@@ -449,10 +449,10 @@ def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``evaluate.budget_sweep``-shaped points from evaluation rows (one per configuration).
 
     Rows are grouped by (rehearsal mode, N, rehearsing policy); each group is summarized with
-    ``evaluate.sweep_point``, so a results file written by ``evaluate``/``budget_sweep`` can be
-    drawn by ``plotting.plot_budget_sweep`` without rerunning it.
+    ``tables.sweep_point``, so a results file written by ``evaluate``/``budget_sweep`` can be
+    drawn by ``eval_figures.plot_budget_sweep`` without rerunning it.
     """
-    from envace_lite.evaluate import sweep_point
+    from envace_lite.tables import sweep_point
 
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in rows:

@@ -389,8 +389,8 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
 
 
 def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """``out/fidelity.json`` and ``out/fidelity.png`` (``plotting.plot_fidelity``)."""
-    from envace_lite.plotting import plot_fidelity
+    """``out/fidelity.json`` and ``out/fidelity.png`` (``eval_figures.plot_fidelity``)."""
+    from envace_lite.eval_figures import plot_fidelity
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "fidelity.json"

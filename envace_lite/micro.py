@@ -213,12 +213,13 @@ def pretrain_corpus(domain: str) -> list[str]:
     """Documents of tau2 ``domain``'s database for the TRAIN-split users only: per user, the
     ``get_user_details`` output, then each order's ``get_order_details`` output (airline: each
     reservation's ``get_reservation_details``), exactly as tau2 returns them, one document per
-    user. No test-split user, order or reservation appears (split rule: ``drills.test_user``).
+    user. No test-split user, order or reservation appears (split rule: ``drill_spec.test_user``).
 
     Raises:
         KeyError: an unknown domain.
     """
-    from envace_lite.envs.drills import _Solver, check_domain, test_user
+    from envace_lite.envs.drill_gen import _Solver
+    from envace_lite.envs.drill_spec import check_domain, test_user
 
     check_domain(domain)
     solver = _Solver(domain)

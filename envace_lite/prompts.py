@@ -1,19 +1,18 @@
-"""Prompts and rendering for both roles: every string a model reads, in one place.
+"""The prompts the acting policy reads: ACT's system prompt and messages, with the tools rendered
+by the project, and the test-time rehearsal prompts (FEEDBACK, MEMORY).
 
 - ACT: the task's system text (domain policy; an excerpt under the compact rendering), then the
   tools rendered by the project in a Hermes-style block, then the call-format instructions
   (``act_system_prompt``, ``act_messages``); tool results come back as one user message of
   ``<tool_response>`` blocks (``tool_response_message``).
-- REHEARSE: its own prompt, rebuilt per call (paper §2.1; docs/design.md, "Generation and
-  history"): a validation-first system
-  instruction, then candidate tools, grounding (``<unavailable>`` at test time), the conversation
-  so far and the current call, trimmed to a token budget (``rehearse_messages``).
 - Test-time rehearsal (paper §2.3; our design): FEEDBACK (an assessment plus a revision
   suggestion per imagined attempt), MEMORY (m_x, condensed from the attempts and their feedback),
   the sequential-mode context message, the memory message that the committed ACT reads, and the
   write gate's refusal (the last section of this file; used by ``rehearsal.py``).
 
-Parsing of what the models write lives in ``protocol`` (which re-exports everything here).
+REHEARSE's own prompt, rebuilt per call and trimmed to a token budget, is in
+``rehearse_prompt.py``; the tags and the scans over model text in ``tags.py``. Parsing of what the
+models write lives in ``protocol`` (which re-exports the ACT and REHEARSE names).
 
 Usage::
 
@@ -24,25 +23,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from envace_lite.tags import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_TAG_LIKE,
+    strip_think,
+)
 from envace_lite.types import Observation, ToolCall
 
 # ---------------------------------------------------------------------------------------------
-# Prompts and tags: every string a model reads or writes, in one place
+# ACT: the tool block, the call format, and its rendering
 # ---------------------------------------------------------------------------------------------
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-UNAVAILABLE = "<unavailable>"
-"""The grounding block at test time and when grounding is dropped (docs/design.md, "Grounding")."""
-
-MAX_OUTPUT_CHARS = 50_000
-"""Outputs longer than this are not parsed (``ErrorCode.TOO_LONG``); generation caps keep real
-outputs far below it, so only a runaway reaches it."""
 COMPACT_DESC_CHARS = 100
 """Compact rendering: cap of a tool's one-line description."""
 
@@ -74,253 +70,12 @@ COMPACT_LEGEND = (
 POLICY_TRUNCATED = "\n[... policy truncated ...]"
 """Appended to the compact policy excerpt."""
 
-REHEARSE_SYSTEM = """You are the environment that executes tool calls for an AI agent. You get the \
-candidate tool schemas, reference calls with their real results (or <unavailable>), the \
-conversation so far and one current call. Do exactly this:
-
-1. First validate the current call against the candidate tools:
-   - the tool name must be one of the candidate tools;
-   - every required argument must be present, and no unknown argument may appear when the schema \
-forbids extra properties;
-   - every argument must have the right type;
-   - every value must be valid: allowed enum values and formats, and no identifier that the \
-reference results or the conversation show not to exist.
-2. If the call is invalid, return the error the real environment would return: a JSON object \
-{"error": "<short reason>"} for tools that return JSON, otherwise text starting with "Error:".
-3. Otherwise return the realistic result the real environment would return, consistent with the \
-reference results and the conversation, with the same fields and formats; JSON when the tool \
-returns JSON. If a reference call matches the current call, reuse its result.
-
-Write only the result, wrapped in <execution_result></execution_result> tags: no explanation, no \
-hints, no markdown."""
-"""REHEARSE's system instruction: validation first, then the result (docs/design.md, "The reference
-code, and where we differ")."""
-
-REHEARSE_USER = """## Candidate tools
-<tools>
-{tools}
-</tools>
-
-## Reference calls and real results for this task
-{grounding}
-
-## Conversation so far
-{history}
-
-## Current call
-{call}
-
-Validate the current call, then write its result inside <execution_result></execution_result> \
-tags."""
-"""REHEARSE's user message: the four sections of the reference prompt (docs/design.md, "The
-reference code, and where we differ")."""
-
-OMITTED = "[... {n} {what} omitted ...]"
-"""Marker left where REHEARSE trimming removed reference examples or history messages."""
-
-
-class TagMatch:
-    """One tag found by ``TOOL_TAG_LIKE``, with the ``re.Match`` methods the parser uses."""
-
-    __slots__ = ("_end", "_start", "_text")
-
-    def __init__(self, text: str, start: int, end: int) -> None:
-        self._text, self._start, self._end = text, start, end
-
-    def group(self, index: int = 0) -> str:
-        """The tag's text (only group 0 exists)."""
-        if index != 0:
-            raise IndexError("no such group")
-        return self._text
-
-    def start(self) -> int:
-        """Where the tag starts."""
-        return self._start
-
-    def end(self) -> int:
-        """Just past the tag."""
-        return self._end
-
-    def __repr__(self) -> str:
-        return f"TagMatch({self._text!r}, {self._start}, {self._end})"
-
-
-_SPACES = re.compile(r"\s*")  # one greedy run: no backtracking
-
-
-def _is_word(c: str) -> bool:
-    return c.isalnum() or c == "_"
-
-
-def _word_at(text: str, i: int, word: str) -> bool:
-    """``text[i:]`` starts with ``word``, ignoring case (simple case folding, like ``re.I``)."""
-    return len(text) - i >= len(word) and all(
-        text[i + k].casefold() == c for k, c in enumerate(word))
-
-
-class _NextFinder:
-    """``text.find(needle, pos)``, reusing the last answer per needle while it still holds.
-
-    Callers whose positions mostly move forward scan each stretch of text once per needle, so
-    their scans stay linear in the text.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.text, self.cache = text, {}
-
-    def __call__(self, needle: str, pos: int) -> int:
-        start, hit = self.cache.get(needle, (-1, -1))
-        if not (0 <= start <= pos and (hit == -1 or hit >= pos)):
-            start, hit = pos, self.text.find(needle, pos)
-            self.cache[needle] = (start, hit)
-        return hit
-
-
-class _ToolTagScan:
-    r"""Tool-call-like tags, in any case or spelling, found by a linear scan.
-
-    It matches what ``<\s*/?\s*tool[_\- ]?calls?\b[^<>]*>`` (``re.IGNORECASE``) matches, with
-    the ``finditer``/``search`` interface of a compiled pattern. That regex backtracks: after
-    ``<`` and 40k spaces it tried every split of the spaces between its two ``\s*`` (seconds per
-    output); here every character is looked at a bounded number of times.
-    """
-
-    pattern = r"<\s*/?\s*tool[_\- ]?calls?\b[^<>]*>"
-
-    def _match_at(self, text: str, i: int, nxt: _NextFinder) -> int:
-        """The end of a tag starting at the ``<`` at ``i``, or -1."""
-        j = _SPACES.match(text, i + 1).end()
-        if text.startswith("/", j):
-            j = _SPACES.match(text, j + 1).end()
-        if not _word_at(text, j, "tool"):
-            return -1
-        j += 4
-        if j < len(text) and text[j] in "_- ":
-            j += 1
-        if not _word_at(text, j, "call"):
-            return -1
-        j += 4
-        if j < len(text) and text[j].casefold() == "s" and (
-                j + 1 == len(text) or not _is_word(text[j + 1])):
-            j += 1
-        elif j < len(text) and _is_word(text[j]):
-            return -1
-        close, lt = nxt(">", j), nxt("<", j)
-        return close + 1 if close != -1 and (lt == -1 or close < lt) else -1
-
-    def finditer(self, text: str) -> Iterator[TagMatch]:
-        """Every tag, left to right, not overlapping."""
-        nxt = _NextFinder(text)
-        i = nxt("<", 0)
-        while i != -1:
-            end = self._match_at(text, i, nxt)
-            if end != -1:
-                yield TagMatch(text[i:end], i, end)
-            i = nxt("<", max(end, i + 1))
-
-    def search(self, text: str) -> TagMatch | None:
-        """The first tag, or None."""
-        return next(self.finditer(text), None)
-
-
-TOOL_TAG_LIKE = _ToolTagScan()
-"""Anything that looks like a tool-call tag, in any case or spelling (used to refuse text that
-would be mistaken for a call). A linear scan with the ``finditer``/``search`` of a pattern."""
-
-_KEPT_BLOCKS = {CALL_OPEN: CALL_CLOSE, RESULT_OPEN: RESULT_CLOSE}
-"""Blocks that think-stripping never edits (open tag: close tag): their JSON may hold
-``</think>`` in a string."""
-_STRIP_TAGS = (THINK_OPEN, THINK_CLOSE, *_KEPT_BLOCKS)
-
-
-def _is_complete_json(s: str) -> bool:
-    try:
-        json.loads(s)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def strip_think(text: str) -> tuple[str, bool]:
-    """Remove reasoning from an output, never editing inside a tool call or execution result.
-
-    Rules, scanning left to right: (1) a ``</think>`` before any ``<think>`` closes reasoning
-    whose opening tag was in the prompt (templates that prefill ``<think>``), so everything up to
-    it is dropped; (2) every ``<think>...</think>`` block is dropped (tags inside it do not
-    count); (3) leftover stray ``</think>`` tags are deleted; (4) an unclosed ``<think>`` keeps
-    only the text before it and reports False. Outside reasoning, a ``<tool_call>`` block closed
-    before the next ``<tool_call>`` (likewise ``<execution_result>``), or a last unclosed one
-    whose rest is complete JSON, is kept verbatim: think tags inside it are its content (a JSON
-    string may hold ``"</think>"``).
-
-    Returns:
-        ``(visible_text, closed)``; ``closed`` is False when a ``<think>`` never closes.
-    """
-    if THINK_OPEN not in text and THINK_CLOSE not in text:
-        return text, True
-    nxt, out, pos, seen_think = _NextFinder(text), [], 0, False
-    while True:
-        hits = [(nxt(t, pos), t) for t in _STRIP_TAGS]
-        i, tag = min(((h, t) for h, t in hits if h != -1), default=(-1, ""))
-        if i == -1:
-            out.append(text[pos:])
-            return "".join(out), True
-        if tag == THINK_OPEN:
-            out.append(text[pos:i])
-            j = nxt(THINK_CLOSE, i + len(THINK_OPEN))
-            if j == -1:
-                return "".join(out), False
-            pos, seen_think = j + len(THINK_CLOSE), True
-        elif tag == THINK_CLOSE:
-            if seen_think:
-                out.append(text[pos:i])  # rule 3: a stray close
-            else:
-                out = []  # rule 1: the first think tag closes prefilled reasoning
-            pos, seen_think = i + len(THINK_CLOSE), True
-        else:
-            close = _KEPT_BLOCKS[tag]
-            body = i + len(tag)
-            j, again = nxt(close, body), nxt(tag, body)
-            if j != -1 and (again == -1 or j < again):
-                end = j + len(close)
-            elif j == again == -1 and _is_complete_json(text[body:].strip()):
-                end = len(text)
-            else:
-                end = body  # a lone open tag: the parser reports it
-            out.append(text[pos:end])
-            pos = end
-
 
 def function_of(tool: dict[str, Any]) -> dict[str, Any]:
     """The ``function`` part of an OpenAI tool schema (bare function dicts are accepted too)."""
     fn = tool.get("function", tool) if isinstance(tool, dict) else {}
     return fn if isinstance(fn, dict) else {}
 
-
-@dataclass
-class RehearsePrompt:
-    """The REHEARSE prompt of one call, after trimming.
-
-    Attributes:
-        messages: ``[system, user]``, plain chat messages.
-        fits: True when ``n_tokens <= budget``. When False everything trimmable was trimmed and
-            the caller decides (skip the call, end the episode, or let the model truncate).
-        n_tokens: ``count_tokens(system) + count_tokens(user)`` (content only, no template glue).
-        grounding_dropped: reference examples removed.
-        history_omitted: history messages removed.
-    """
-
-    messages: list[dict[str, str]]
-    fits: bool
-    n_tokens: int
-    grounding_dropped: int = 0
-    history_omitted: int = 0
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering: ACT
-# ---------------------------------------------------------------------------------------------
 
 def _check_rendering(rendering: str) -> None:
     if rendering not in ("compact", "full"):
@@ -462,30 +217,11 @@ def act_messages(task_messages: list[dict[str, Any]], tools: list[dict[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------
-# Rendering: REHEARSE
+# The conversation so far, as REHEARSE, FEEDBACK and MEMORY read it
 # ---------------------------------------------------------------------------------------------
 
-def rehearsal_text(obs_content: str) -> str:
-    """An observation wrapped as a REHEARSE output (SFT targets)."""
-    return f"{RESULT_OPEN}\n{obs_content.strip()}\n{RESULT_CLOSE}"
-
-
-def _as_call(c: Any) -> ToolCall:
-    return c if isinstance(c, ToolCall) else ToolCall(c.get("name", ""), c.get("arguments") or {})
-
-
-def _grounding_block(examples: list[dict[str, Any]] | None, dropped: int) -> str:
-    if examples is None:
-        return UNAVAILABLE
-    parts = []
-    for ex in examples:
-        obs = ex["observation"]
-        content = obs.content if isinstance(obs, Observation) else str(obs.get("content", ""))
-        parts.append(f"{CALL_OPEN}\n{call_json(_as_call(ex['call']))}\n{CALL_CLOSE}\n"
-                     f"{rehearsal_text(content)}")
-    if dropped:
-        parts.append(OMITTED.format(n=dropped, what="reference examples"))
-    return "\n\n".join(parts) if parts else "(no reference calls)"
+OMITTED = "[... {n} {what} omitted ...]"
+"""Marker left where REHEARSE trimming removed reference examples or history messages."""
 
 
 def _history_line(m: dict[str, Any]) -> str:
@@ -504,72 +240,6 @@ def _history_block(history: list[dict[str, Any]], omit: int) -> str:
     if omit:
         lines = lines[:1] + [OMITTED.format(n=omit, what="messages")] + lines[1 + omit:]
     return "\n".join(lines)
-
-
-def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any]] | None,
-                      history: list[dict[str, Any]], call: ToolCall,
-                      count_tokens: Callable[[str], int], budget: int,
-                      rendering: str) -> RehearsePrompt:
-    """Build the REHEARSE prompt for one call, trimmed to ``budget`` tokens (docs/design.md,
-    "Generation and history").
-
-    Trimming order: (1) reference examples of other tools, last first; (2) reference examples of
-    ``call``'s tool, last first; (3) the oldest history messages after the first one, replaced by
-    a marker, so the first message (the request) and the latest ones survive. The system
-    instruction, the tool list and the current call are never trimmed. If the prompt still does
-    not fit, it is returned with ``fits=False``.
-
-    Args:
-        tools: candidate tool schemas (rendered with ``rendering``).
-        grounding: ``[{"call": ToolCall | dict, "observation": Observation | dict}]`` from real
-            executions of gold calls, or None for the literal ``<unavailable>``.
-        history: the ACT conversation so far as plain messages, without the system prompt, usually
-            ending with the ACT reply that holds ``call``; assistant reasoning is stripped.
-        call: the call to rehearse; its full schema (when known) is shown with it.
-        count_tokens: text -> token count (the tokenizer's; tests use a word count).
-        budget: the token budget of system + user content.
-        rendering: ``compact`` or ``full``.
-
-    Returns:
-        A ``RehearsePrompt``.
-    """
-    tools_block = render_tools(tools, rendering)
-    schema = next((f for f in map(function_of, tools) if f.get("name") == call.name), None)
-    call_block = f"{CALL_OPEN}\n{call_json(call)}\n{CALL_CLOSE}\n" + (
-        f"Schema of {call.name}: {json.dumps(schema, ensure_ascii=False)}" if schema
-        else f"{call.name!r} is not among the candidate tools.")
-    examples = list(grounding) if grounding is not None else None
-    n_sys = count_tokens(REHEARSE_SYSTEM)
-
-    def build(kept: list[dict[str, Any]] | None, dropped: int, omit: int) -> tuple[list, int]:
-        user = REHEARSE_USER.format(tools=tools_block, grounding=_grounding_block(kept, dropped),
-                                    history=_history_block(history, omit), call=call_block)
-        msgs = [{"role": "system", "content": REHEARSE_SYSTEM}, {"role": "user", "content": user}]
-        return msgs, n_sys + count_tokens(user)
-
-    msgs, n = build(examples, 0, 0)
-    kept, dropped = examples, 0
-    if n > budget and examples:
-        same = [i for i, ex in enumerate(examples) if _as_call(ex["call"]).name == call.name]
-        order = [i for i in range(len(examples)) if i not in same][::-1] + same[::-1]
-        while n > budget and dropped < len(order):
-            dropped += 1
-            gone = set(order[:dropped])
-            kept = [ex for i, ex in enumerate(examples) if i not in gone]
-            msgs, n = build(kept, dropped, 0)
-    omit = 0
-    if n > budget and len(history) > 2:
-        # binary search for the fewest omitted messages that fit (tokens fall as omit grows)
-        lo, hi = 1, len(history) - 2
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if build(kept, dropped, mid)[1] <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        omit = lo
-        msgs, n = build(kept, dropped, omit)
-    return RehearsePrompt(msgs, n <= budget, n, dropped, omit)
 
 
 # ---------------------------------------------------------------------------------------------

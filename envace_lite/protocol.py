@@ -1,4 +1,4 @@
-"""The text protocol of both roles: parsing, plus the prompts and rendering of ``prompts``.
+"""The text protocol of both roles: parsing, plus the tags, prompts and rendering it re-exports.
 
 ACT writes Hermes-style calls, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, and a
 reply with no ``<tool_call>`` tag is the final answer of the user turn. REHEARSE writes the
@@ -12,8 +12,9 @@ and Qwen3 see the same content.
 Parsing never raises on model text. Only syntactic failures are errors (``ErrorCode``). An unknown
 tool or arguments that fail the tool's JSON schema still give a ``ToolCall``, with ``violations``.
 
-The prompts and the rendering live in ``envace_lite.prompts``; this module re-exports them, so
-``protocol`` is the one name to import for the whole text protocol.
+The tags and the scans over model text live in ``envace_lite.tags``, ACT's prompt and the tool
+rendering in ``envace_lite.prompts``, REHEARSE's prompt in ``envace_lite.rehearse_prompt``; this
+module re-exports them, so ``protocol`` is the one name to import for the whole text protocol.
 
 Usage::
 
@@ -35,22 +36,10 @@ import jsonschema
 
 from envace_lite.prompts import (  # noqa: F401  (re-exported: protocol is the facade)
     ACT_TOOLS_PROMPT,
-    CALL_CLOSE,
-    CALL_OPEN,
     COMPACT_DESC_CHARS,
     COMPACT_LEGEND,
-    MAX_OUTPUT_CHARS,
     OMITTED,
     POLICY_TRUNCATED,
-    REHEARSE_SYSTEM,
-    REHEARSE_USER,
-    RESULT_CLOSE,
-    RESULT_OPEN,
-    THINK_CLOSE,
-    THINK_OPEN,
-    TOOL_TAG_LIKE,
-    UNAVAILABLE,
-    RehearsePrompt,
     act_messages,
     act_system_prompt,
     assistant_text,
@@ -58,11 +47,27 @@ from envace_lite.prompts import (  # noqa: F401  (re-exported: protocol is the f
     compact_signature,
     function_of,
     policy_excerpt,
+    render_tools,
+    tool_response_message,
+)
+from envace_lite.rehearse_prompt import (  # noqa: F401  (re-exported: protocol is the facade)
+    REHEARSE_SYSTEM,
+    REHEARSE_USER,
+    UNAVAILABLE,
+    RehearsePrompt,
     rehearsal_text,
     rehearse_messages,
-    render_tools,
+)
+from envace_lite.tags import (  # noqa: F401  (re-exported: protocol is the facade)
+    CALL_CLOSE,
+    CALL_OPEN,
+    MAX_OUTPUT_CHARS,
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_TAG_LIKE,
     strip_think,
-    tool_response_message,
 )
 from envace_lite.types import ToolCall
 

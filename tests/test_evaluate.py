@@ -8,9 +8,10 @@ import pytest
 from envace_lite import protocol
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
-from envace_lite.evaluate import Episode, format_table, run_committed
+from envace_lite.evaluate import Episode, run_committed
 from envace_lite.generation import HFGenerator, ScriptedGenerator
 from envace_lite.models import load_policy, qwen3_tokenizer
+from envace_lite.tables import format_table
 
 
 @pytest.fixture(scope="module")

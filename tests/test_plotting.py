@@ -1,5 +1,6 @@
-"""Tests of envace_lite.plotting's training, ablation, fidelity and cost figures (notebooks 04-07),
-and of the course's loaders of shipped reference results.
+"""Tests of the training figures (envace_lite.plotting) and the ablation, fidelity, cost and sweep
+figures (envace_lite.eval_figures) of notebooks 04-07, and of the course's loaders of shipped
+reference results.
 
 Default tier: synthetic rows and reports, written to a temp dir where a file is needed (never into
 ``data/reference_results``). Each test reads back what a figure draws: line data, bar heights,
@@ -12,7 +13,7 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from envace_lite import course, plotting
+from envace_lite import course, eval_figures, plotting
 
 
 def rows(rewards, parse=None, signal=None):
@@ -91,7 +92,7 @@ def test_mode_curves_mean_and_band_across_seeds():
 def test_ablation_bars_ours_beside_the_paper():
     ours = {"shared": 30.0, "per_role": 20.0, "act_only": None}
     paper = course.PAPER["fig3"]["Qwen3-8B"]
-    fig = plotting.plot_ablation(ours, profile="micro", source="fresh", paper=paper,
+    fig = eval_figures.plot_ablation(ours, profile="micro", source="fresh", paper=paper,
                                  errors={"shared": 5.0})
     [ax] = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == [
@@ -104,7 +105,7 @@ def test_ablation_bars_ours_beside_the_paper():
 
 
 def test_ablation_without_paper():
-    fig = plotting.plot_ablation({"shared": 12.5, "per_role": 7.5}, profile="smoke",
+    fig = eval_figures.plot_ablation({"shared": 12.5, "per_role": 7.5}, profile="smoke",
                                  source="fresh", ylabel="training reward (%)")
     [ax] = fig.axes
     assert bar_heights(ax, "ours: smoke, fresh") == [12.5, 7.5]
@@ -126,14 +127,14 @@ def test_fidelity_by_tool_bars_sorted_by_pairs(tmp_path):
     rep = report({"ls": (3, 0.5), "cd": (7, 0.25), "mv": (3, None)}, upper={"cd": (2, 1.0)})
     path = tmp_path / "fidelity.json"
     path.write_text(json.dumps(rep))
-    fig = plotting.plot_fidelity_by_tool(path, profile="laptop", source="shipped (laptop, s0, x)")
+    fig = eval_figures.plot_fidelity_by_tool(path, profile="laptop", source="shipped (laptop, s0, x)")
     [ax] = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["cd", "ls", "mv"]
     assert bar_heights(ax, "held-out, <unavailable>") == [25.0, 50.0, 0.0]
     assert bar_heights(ax, "grounded UPPER BOUND (train)") == [100.0, 0.0, 0.0]
     assert [t.get_text() for t in ax.texts] == ["n=7", "n=3", "n=3"]
     assert "exact_match" in ax.get_title() and "shipped (laptop, s0, x)" in ax.get_title()
-    fig = plotting.plot_fidelity_by_tool(rep, profile="smoke", source="fresh",
+    fig = eval_figures.plot_fidelity_by_tool(rep, profile="smoke", source="fresh",
                                          metric="error_agreement", top=1)
     [ax] = fig.axes
     assert bar_heights(ax, "held-out, <unavailable>") == [50.0]
@@ -147,7 +148,7 @@ def test_rehearsal_cost_counts_calls_and_tokens():
               "rehearsal_tokens": 50, "memory_tokens": 5},
              {**base, "rehearsal": "sequential", "n": 2, "rehearse_outputs": 1,
               "rehearsal_tokens": 30, "memory_tokens": 0}]
-    fig = plotting.plot_rehearsal_cost(rows_, profile="smoke", source="fresh")
+    fig = eval_figures.plot_rehearsal_cost(rows_, profile="smoke", source="fresh")
     ax, tx = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["parallel N=2", "sequential N=2"]
     assert bar_heights(ax, "imagined calls (REHEARSE outputs)") == [6, 1]
@@ -219,7 +220,7 @@ def test_sweep_points_from_rows_match_plot_budget_sweep():
     assert by[("none", 0)]["bfcl"] == 0.5 and by[("none", 0)]["episodes"] == 2
     assert by[("parallel", 2)]["bfcl"] == 1.0 and by[("sequential", 2)]["bfcl"] == 0.0
     assert all("rehearsal_policy" not in p for p in points)  # it rehearses itself
-    fig = plotting.plot_budget_sweep(points, metric="bfcl")
+    fig = eval_figures.plot_budget_sweep(points, metric="bfcl")
     lines = lines_by_label(fig.axes[0])
     assert list(lines["parallel"].get_xdata()) == [1, 2]
     assert list(lines["parallel"].get_ydata()) == [100.0, 100.0]
@@ -236,7 +237,7 @@ def test_paper_numbers_are_the_summary_s():
 def test_fidelity_by_tool_draws_the_fallback_when_every_bar_is_equal():
     # error agreement is 0.5 on every tool of report(): one value says nothing about the tools
     rep = report({"ls": (3, 0.5), "cd": (7, 0.25)})
-    fig = plotting.plot_fidelity_by_tool(rep, profile="smoke", source="fresh",
+    fig = eval_figures.plot_fidelity_by_tool(rep, profile="smoke", source="fresh",
                                          metric="error_agreement")
     [ax] = fig.axes
     assert bar_heights(ax, "held-out, <unavailable>") == [25.0, 50.0]  # exact match, cd then ls

@@ -462,6 +462,7 @@ def _scripted_policy(tok=None):
 def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     from envace_lite import evaluate as ev
     from envace_lite.config import ConfigError
+    from envace_lite.tables import summarize_runs
 
     pol = _scripted_policy()
     rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
@@ -485,7 +486,7 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     kept = ev.read_rows(results)
     assert [r["decoding"] for r in kept] == ["greedy", "sample"]
     assert len({ev.row_key(r) for r in kept}) == 2
-    assert sorted(ev.summarize_runs(kept)) == sorted(
+    assert sorted(summarize_runs(kept)) == sorted(
         f"none@{r['config_hash']}" for r in kept)  # never averaged together
 
 

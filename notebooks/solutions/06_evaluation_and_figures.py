@@ -13,7 +13,7 @@ bfcl = (0.6 + 0.4 + 0.2) / 3
 overall = (tau2 + bfcl) / 2
 
 
-# Exercise 2: the normal-approximation interval of evaluate.ci95
+# Exercise 2: the normal-approximation interval of tables.ci95
 def ci95_by_hand(values):
     t = len(values)
     mean = sum(values) / t
