@@ -322,7 +322,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset()) -> 
 def tau2_ids() -> frozenset[str]:
     """Every user, order and reservation id and e-mail in tau2's retail and airline databases
     (with and without an order id's ``#``): the ids ``copy_samples`` must not produce."""
-    from envace_lite.envs.drills import _Solver
+    from envace_lite.envs.drill_gen import _Solver
 
     ids: set[str] = set()
     for domain in ("retail", "airline"):
