@@ -179,3 +179,42 @@ def test_gate_closed(built, bfcl_task):
     mine, traj = both(ns, make, scripted_cfg(ns, texts), task=bfcl_task)
     same(mine, traj)
     assert traj.stop_reason == "gate_closed"
+
+
+def test_grounding_scope_of_the_build(built, bfcl_task):
+    """``grounding_for`` honours ``rollout.grounding_scope`` (docs/design.md, "5. REHEARSE
+    grounding"): ``task`` shows every user turn's gold pairs, ``seen`` those up to the current one."""
+    ns = built
+    turns = bfcl_task.grounding
+    assert len(turns) > 1 and all(turns)  # several user turns, each with gold pairs
+    cfg = copy.deepcopy(ns["greedy"]).rollout
+    flat = [g for turn in turns for g in turn]
+    cfg.grounding_scope = "task"
+    assert ns["grounding_for"](bfcl_task, True, 0, cfg) == flat
+    assert ns["grounding_for"](bfcl_task, False, 0, cfg) is None
+    cfg.grounding_scope = "seen"
+    assert ns["grounding_for"](bfcl_task, True, 0, cfg) == list(turns[0])
+    assert ns["grounding_for"](bfcl_task, True, 1, cfg) == list(turns[0]) + list(turns[1])
+    assert ns["grounding_for"](bfcl_task, True, len(turns) - 1, cfg) == flat
+    assert ns["grounding_for"](bfcl_task, False, 1, cfg) is None
+
+
+def test_grounding_scope_equals_the_engine(built, bfcl_task):
+    """The gold script of a several-user-turn task, grounding always shown: token for token under
+    either scope, and the scopes really differ on the first user turn's REHEARSE prompts."""
+    ns = built
+    texts = gold_script(bfcl_task)
+    first_turn_prompts = {}
+    for scope in ("task", "seen"):
+        cfg = scripted_cfg(ns, texts)
+        cfg.rollout.grounding_drop_p = 0.0
+        cfg.rollout.grounding_scope = scope
+        mine, traj = both(ns, lambda: ScriptedGenerator(texts, ns["tok"]), cfg, task=bfcl_task)
+        same(mine, traj)
+        assert max(s.user_turn for s in traj.steps) > 0
+        rehearse = [o for o in traj.outputs if o.role == "rehearse"]
+        first_turn_prompts[scope] = [o.prompt_ids for o, s in zip(rehearse, traj.steps)
+                                     if s.user_turn == 0]
+    task_p, seen_p = first_turn_prompts["task"], first_turn_prompts["seen"]
+    assert task_p and len(task_p) == len(seen_p)
+    assert all(len(s) < len(t) for s, t in zip(seen_p, task_p))  # "seen" hides turn 1's pairs

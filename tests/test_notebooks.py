@@ -28,6 +28,8 @@ from papermill.translators import PythonTranslator
 from envace_lite import course
 from envace_lite import notebooks as nbs
 from envace_lite.advantages import rolewise_advantages
+from envace_lite.evaluate import ci95, summarize
+from envace_lite.fidelity import aggregate, pair_metrics
 
 NOTEBOOKS = nbs.discover()
 SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",
@@ -149,9 +151,103 @@ ROLEWISE_CASES = [
 ]
 
 
+def check_rolewise(inline, twin):
+    """``rolewise_advantages_inline`` and its twin on the hand cases, then on random groups."""
+    for rewards, xs, roles, valid, singleton, want in ROLEWISE_CASES:
+        mine = inline(rewards, xs, roles, valid, singleton=singleton)
+        pkg = twin(rewards, xs, roles, valid, singleton=singleton).tolist()
+        assert mine == pytest.approx(want, abs=1e-6)
+        assert pkg == pytest.approx(want, abs=1e-6)
+    rng = random.Random(0)  # and on random groups, against each other
+    for _ in range(50):
+        n = rng.randint(1, 12)
+        args = ([round(rng.uniform(-0.1, 1), 3) for _ in range(n)],
+                [rng.choice("xyz") for _ in range(n)],
+                [rng.choice(["act", "rehearse"]) for _ in range(n)],
+                [rng.random() > 0.2 for _ in range(n)])
+        for singleton in ("self", "none"):
+            assert inline(*args, singleton=singleton) == pytest.approx(
+                twin(*args, singleton=singleton).tolist(), abs=1e-6)
+
+
+def _eval_row(task: str, k: int, reward: float, suite: str = "tau2-telecom") -> dict:
+    return {"suite": suite, "task_id": task, "repeat": k, "reward": reward}
+
+
+# (rows, {suite: Avg@k}), by hand: the pass rate of each repeat, then their mean
+AVG_AT_K_CASES = [
+    # repeat 0 passes 2/2, repeat 1 passes 1/2: (1 + 0.5) / 2
+    ([_eval_row("a", 0, 1.0), _eval_row("a", 1, 0.0), _eval_row("b", 0, 1.0),
+      _eval_row("b", 1, 1.0)], {"tau2-telecom": 0.75}),
+    # b lacks repeat 1: (2/2 + 0/1) / 2 = 0.5 by repeat (0.75 by task)
+    ([_eval_row("a", 0, 1.0), _eval_row("a", 1, 0.0), _eval_row("b", 0, 1.0)],
+     {"tau2-telecom": 0.5}),
+    # suites never mix
+    ([_eval_row("a", 0, 1.0), _eval_row("b", 0, 0.0), _eval_row("x", 0, 0.25, "bfcl-base")],
+     {"tau2-telecom": 0.5, "bfcl-base": 0.25}),
+]
+
+
+def check_avg_at_k(inline, twin):
+    for rows, want in AVG_AT_K_CASES:
+        mine = inline(rows)
+        pkg = {s: v["avg_at_k"] for s, v in twin(rows)["suites"].items()}
+        assert mine == pytest.approx(want, abs=1e-6) and pkg == pytest.approx(want, abs=1e-6)
+
+
+# (task means, (low, high) or None), by hand with z = 1.959964: mean ± z · s / sqrt(T), clipped
+CI95_CASES = [([1.0], None), ([0.0, 0.0], (0.0, 0.0)),
+              ([0.2, 0.4], (0.3 - 0.1959964, 0.3 + 0.1959964)),  # s = 0.1·sqrt(2)
+              ([1.0, 0.0, 1.0, 1.0], (0.75 - 0.4899910, 1.0)),  # s = 0.5; clipped above
+              ([0.0, 0.0, 0.0, 1.0], (0.0, 0.25 + 0.4899910))]  # clipped below
+
+
+def check_ci95(inline, twin):
+    for values, want in CI95_CASES:
+        for got in (inline(values), twin(values)):
+            assert (got is None) == (want is None)
+            assert want is None or got == pytest.approx(want, abs=1e-6)
+    rng = random.Random(0)
+    for _ in range(50):
+        values = [rng.choice([0.0, 0.5, 1.0, rng.random()]) for _ in range(rng.randint(2, 30))]
+        assert inline(values) == pytest.approx(twin(values), abs=1e-9)
+
+
+# (rehearsed text, rehearsed error, real text, real error) pairs -> overall rates, by hand
+FIDELITY_CASES = [
+    # key order does not matter; text is compared stripped and case-sensitive: 1 exact of 2,
+    # leaves b[0], b[1], a match; "$" does not
+    ([('{"b": [1, 2], "a": 1}', False, '{"a": 1, "b": [1, 2]}', False),
+      (" Done", False, "done", False)],
+     {"exact_match": 0.5, "field_precision": 0.75, "field_recall": 0.75, "error_agreement": 1.0}),
+    # Fig. 7: the error predicted, and an invented order (2 leaves) for the same bare call
+    ([("Error: Order not found", True, "Error: Order not found", True),
+      ('{"order_id": "W1", "status": "pending"}', False, "Error: Order not found", True)],
+     {"exact_match": 0.5, "field_precision": 1 / 3, "field_recall": 0.5, "error_agreement": 0.5}),
+    # nested leaves: id and items[0].name match, status does not, items[1].name is missing
+    ([('{"id": 1, "status": "pending", "items": [{"name": "Lamp"}]}', False,
+       '{"id": 1, "status": "delivered", "items": [{"name": "Lamp"}, {"name": "Desk"}]}', False)],
+     {"exact_match": 0.0, "field_precision": 2 / 3, "field_recall": 0.5, "error_agreement": 1.0}),
+]
+
+
+def check_fidelity(inline, twin):
+    from envace_lite.types import Observation
+
+    for pairs, want in FIDELITY_CASES:
+        pkg = twin([pair_metrics(Observation(r, error=re_), Observation(o, error=oe), False)
+                    for r, re_, o, oe in pairs])
+        mine = inline(pairs)
+        for k, v in want.items():
+            assert mine[k] == pytest.approx(v, abs=1e-6) and pkg[k] == pytest.approx(v, abs=1e-6)
+
+
 def teach_twins():
-    """name of an inline teaching function -> (package twin, hand cases, kwargs builder)."""
-    return {"rolewise_advantages_inline": (rolewise_advantages, ROLEWISE_CASES)}
+    """name of an inline teaching function -> (its package twin, a check of both on hand cases)."""
+    return {"rolewise_advantages_inline": (rolewise_advantages, check_rolewise),
+            "avg_at_k_inline": (summarize, check_avg_at_k),
+            "ci95_inline": (ci95, check_ci95),
+            "fidelity_inline": (aggregate, check_fidelity)}
 
 
 def test_every_teach_cell_has_a_package_twin():
@@ -162,7 +258,7 @@ def test_every_teach_cell_has_a_package_twin():
                        if isinstance(n, ast.FunctionDef)]
             assert defined and all(d in teach_twins() for d in defined), (path.stem, defined)
             found += 1
-    assert found >= 1
+    assert found >= 3
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if tagged(load(p), "teach")],
@@ -170,26 +266,12 @@ def test_every_teach_cell_has_a_package_twin():
 def test_teach_cells_match_the_package(path):
     for cell in tagged(load(path), "teach"):
         ns: dict = {}
-        run_cells([cell.source], ns)
-        for name, (twin, cases) in teach_twins().items():
-            if name not in ns:
-                continue
-            inline = ns[name]
-            for rewards, xs, roles, valid, singleton, want in cases:
-                mine = inline(rewards, xs, roles, valid, singleton=singleton)
-                pkg = twin(rewards, xs, roles, valid, singleton=singleton).tolist()
-                assert mine == pytest.approx(want, abs=1e-6)
-                assert pkg == pytest.approx(want, abs=1e-6)
-            rng = random.Random(0)  # and on random groups, against each other
-            for _ in range(50):
-                n = rng.randint(1, 12)
-                args = ([round(rng.uniform(-0.1, 1), 3) for _ in range(n)],
-                        [rng.choice("xyz") for _ in range(n)],
-                        [rng.choice(["act", "rehearse"]) for _ in range(n)],
-                        [rng.random() > 0.2 for _ in range(n)])
-                for singleton in ("self", "none"):
-                    assert inline(*args, singleton=singleton) == pytest.approx(
-                        twin(*args, singleton=singleton).tolist(), abs=1e-6)
+        run_cells([cell.source], ns)  # alone: a teach cell imports what it uses
+        found = [name for name in teach_twins() if name in ns]
+        assert found
+        for name in found:
+            twin, check = teach_twins()[name]
+            check(ns[name], twin)
 
 
 # ---------------------------------------------------------------------------------------------

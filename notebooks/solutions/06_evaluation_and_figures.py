@@ -13,10 +13,13 @@ bfcl = (0.6 + 0.4 + 0.2) / 3
 overall = (tau2 + bfcl) / 2
 
 
-# Exercise 2: the normal-approximation interval of tables.ci95
-def ci95_by_hand(values):
-    t = len(values)
+# Exercise 2: T/2 passes and T/2 failures have mean 0.5 and sample sd sqrt(T / (4 (T - 1))), so
+# the half-width is z * 0.5 / sqrt(T - 1); grow T (even) until it drops below 0.10
+def _half_width(t):
+    values = [1.0] * (t // 2) + [0.0] * (t // 2)
     mean = sum(values) / t
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (t - 1))
-    half = 1.96 * sd / math.sqrt(t)
-    return max(0.0, mean - half), min(1.0, mean + half)
+    return 1.959963984540054 * sd / math.sqrt(t)
+
+
+tasks_needed = next(t for t in range(2, 10_000, 2) if _half_width(t) < 0.10)  # 98

@@ -4,15 +4,10 @@ Paste a block into the notebook's exercise cell, or run
 ``%load solutions/07_fidelity_audit.py`` there. ``tests/test_notebooks.py`` runs every check cell
 of the notebook against this file.
 """
-import json
-
-
-# Exercise 1: compare JSON values when both sides parse, else the stripped text
-def exact(rehearsed, real):
-    try:
-        return json.loads(rehearsed) == json.loads(real)
-    except ValueError:
-        return rehearsed.strip() == real.strip()
+# Exercise 1: rehearsed leaves order_id, status, items[0].name; real leaves order_id, status,
+# items[0].name, items[1].name, user_id; order_id and items[0].name match (status does not)
+precision = 2 / 3
+recall = 2 / 5
 
 
 # Exercise 2: the diagonal of the confusion matrix over all pairs
