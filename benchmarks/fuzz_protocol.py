@@ -278,6 +278,9 @@ def fuzz(world: World, suites: list[str], n: int, seed: int, k: int) -> dict[str
                 {"suite": suite, "rendering": rendering, "crash": res["crash"],
                  "act": act[:300], "rehearse": rehearse[:300]}][:10]
         path_s[0] += time.perf_counter() - t0
+        if worst["act"].n % 1000 == 0:
+            print(f"{worst['act'].n} examples, {sum(stats['crashes'].values())} crashes",
+                  file=sys.stderr, flush=True)
 
     t0, c0 = time.perf_counter(), time.process_time()
     run()
