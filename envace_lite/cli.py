@@ -32,7 +32,14 @@ from typing import Any
 
 import typer
 
-from envace_lite.config import Config, ConfigError, check_profile, get_config, parse_overrides
+from envace_lite.config import (
+    Config,
+    ConfigError,
+    check_profile,
+    first_tasks,
+    get_config,
+    parse_overrides,
+)
 from envace_lite.progress import get_logger, progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -218,7 +225,8 @@ def eval_cmd(
 def fidelity_cmd(
     profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
     suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
-    limit: int = typer.Option(3, help="tasks per suite (test split; train for the upper bound)"),
+    limit: int = typer.Option(3, help="tasks per suite, 0 = all (test split; train for the "
+                              "upper bound)"),
     source: list[str] = typer.Option(["gold", "policy"], help="gold and/or policy pairs"),
     upper_bound: bool = typer.Option(True, help="also the grounded upper bound (train pairs)"),
     checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the profile's model"),
@@ -235,6 +243,7 @@ def fidelity_cmd(
     from envace_lite.fidelity import audit
     from envace_lite.paths import new_run_dir
 
+    first_tasks([], limit, "--limit")  # before any run dir or model
     overrides = {"run.seed": seed, **parse_overrides(set_)}
     if checkpoint:
         overrides["model.checkpoint"] = checkpoint
@@ -404,13 +413,11 @@ def drills_baselines(
     from envace_lite.envs import list_tasks, make_env
     from envace_lite.envs.drill_baselines import BASELINES, baseline_turns, play
 
-    if limit < 0:
-        raise ValueError(f"--limit {limit}: use 0 (all) or a positive count")
+    first_tasks([], limit, "--limit")
     report: dict = {"split": split, "suites": {}}
     for s in suite:
         start = time.perf_counter()
-        ids = list_tasks(s, split)
-        ids = ids[:limit] if limit else ids
+        ids = first_tasks(list_tasks(s, split), limit, "--limit")
         per: dict = {b: {} for b in BASELINES}
         for tid in progress(ids, desc=s):
             env = make_env(s, tid)
@@ -552,8 +559,9 @@ def experiment_cmd(
     warmstart_dir: str = typer.Option("", "--warmstart", help="reuse this warm-start run dir "
                                       "('' = run the warm start here)"),
     heldout_every: int = typer.Option(0, help="held-out check every N GRPO steps (0: at the end)"),
-    eval_limit: int | None = typer.Option(None, help="held-out test tasks per suite"),
-    fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs"),
+    eval_limit: int | None = typer.Option(None, help="held-out test tasks per suite (0 = all)"),
+    fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs "
+                                       "(0 = all)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Warm start → held-out check → role-wise GRPO → held-out checks (``experiment.py``)."""

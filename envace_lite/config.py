@@ -665,6 +665,18 @@ def check_value(key: str, value: Any) -> Any:
     return out
 
 
+def first_tasks(ids: list[Any], limit: int, name: str = "limit") -> list[Any]:
+    """The first ``limit`` of ``ids``; 0 means all (the one rule behind every ``--limit``).
+
+    Raises:
+        ConfigError: a negative ``limit`` (``ids[:-1]`` would silently drop the last task), one
+            line naming ``name``: ``--limit=-1: expected int >= 0 (0 = all tasks)``.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError(f"{name}={limit!r}: expected int >= 0 (0 = all tasks)")
+    return list(ids[:limit] if limit else ids)
+
+
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """Parse ``group.field=value`` strings (``--set``) into typed, checked overrides.
 

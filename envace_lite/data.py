@@ -232,14 +232,16 @@ def load_tasks(
             evaluation).
         split: ``train``, ``test`` or ``all``.
         rendering: recorded on each task.
-        limit: keep the first ``limit`` tasks (0 keeps all). The cache holds the full split.
+        limit: keep the first ``limit`` tasks (0 keeps all; negative: ``ConfigError``). The cache
+            holds the full split.
         rebuild: ignore the cache.
     """
+    from envace_lite.config import first_tasks
     from envace_lite.envs import DRILL_SUITES
 
+    first_tasks([], limit)  # a negative limit is refused before any task is built
     if suite in DRILL_SUITES:  # generated with their solver's real calls: nothing to replay
-        tasks = drill_tasks(suite, split, rendering)
-        return tasks[:limit] if limit else tasks
+        return first_tasks(drill_tasks(suite, split, rendering), limit)
     build_suite = {"tau2-retail": "tau2-retail-ticket",
                    "tau2-airline": "tau2-airline-ticket"}.get(suite, suite)
     path = _cache_path(build_suite, split, rendering)
@@ -257,7 +259,7 @@ def load_tasks(
         tmp = path.with_suffix(".tmp")
         tmp.write_text("\n".join(json.dumps(t.to_dict()) for t in tasks))
         tmp.replace(path)
-    return tasks[:limit] if limit else tasks
+    return first_tasks(tasks, limit)
 
 
 def data_card(suites: list[str]) -> dict[str, Any]:

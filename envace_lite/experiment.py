@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import Config, get_config
+from envace_lite.config import Config, first_tasks, get_config
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -130,19 +130,24 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
         warmstart_dir: an existing warm-start run dir (its ``checkpoint/`` is the start policy);
             None runs ``sft.warmstart`` into ``out/warmstart``.
         heldout_every: a held-out check every this many GRPO steps (0: only at the end).
-        eval_limit: test tasks per suite for the committed reward (default ``eval.limit``).
-        fidelity_limit: test tasks per suite for the fidelity audit's gold pairs.
+        eval_limit: test tasks per suite for the committed reward (default ``eval.limit``;
+            0 = all).
+        fidelity_limit: test tasks per suite for the fidelity audit's gold pairs (0 = all).
 
     Returns:
         The summary dict (also written to ``out/summary.json``).
+
+    Raises:
+        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, before anything runs.
     """
     from envace_lite.sft import CHECKPOINT, warmstart
     from envace_lite.train import read_metrics, train
 
     cfg = get_config(config) if isinstance(config, str) else copy.deepcopy(config)
+    eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
+    first_tasks([], eval_limit, "eval_limit"), first_tasks([], fidelity_limit, "fidelity_limit")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
     seed = cfg.run.seed
     times: dict[str, float] = {}
     points_path = out / "heldout.json"

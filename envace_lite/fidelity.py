@@ -42,7 +42,7 @@ from typing import Any
 
 from envace_lite import protocol
 from envace_lite.commit import Episode, run_committed
-from envace_lite.config import Config
+from envace_lite.config import Config, first_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import chat_ids
 from envace_lite.progress import get_logger
@@ -312,11 +312,15 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
 
     ``policy`` source: committed runs of ``policy = (generator, tokenizer)`` under ``cfg``.
     ``grounded``: attach each task's grounding (``data.load_tasks``) to its gold pairs.
-    Returns ``(pairs, replay_mismatches)``.
+    Returns ``(pairs, replay_mismatches)``. ``limit`` 0 means every task.
+
+    Raises:
+        ConfigError: a negative ``limit``, before any env or model runs.
     """
+    first_tasks([], limit)
     pairs, mismatches = [], 0
     for suite in suites:
-        ids = list_tasks(suite, split)[:limit] if limit else list_tasks(suite, split)
+        ids = first_tasks(list_tasks(suite, split), limit)
         if "gold" in sources:
             ground = {}
             if grounded:
@@ -355,7 +359,7 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         suites: suites (tau2 telecom / ``-ticket`` suites and BFCL; the USER-endpoint suites
             cannot be replayed without their simulator).
         cfg: run config (rendering, budgets, ``eval.decoding`` and ``eval.max_turns``).
-        limit: tasks per suite and split.
+        limit: tasks per suite and split (0 = all; negative: ``ConfigError``).
         sources: ``gold`` and/or ``policy`` (held-out pairs, test split).
         upper_bound: also run the grounded upper bound on train-split gold pairs.
         out: a folder for ``fidelity.json`` and ``fidelity.png``.

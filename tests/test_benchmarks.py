@@ -15,7 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import rollout_throughput, scaling, step_breakdown, table, train_step
+from benchmarks import fuzz_protocol, rollout_throughput, scaling, step_breakdown, table, train_step
 from benchmarks.common import ForwardTimer
 from envace_lite.rows import length_buckets
 
@@ -131,3 +131,49 @@ def test_table_reads_the_json(out):
     md = table.markdown(out)
     assert md.startswith("| figure |") and "python benchmarks/train_step.py" in md
     assert "rollout" in md and "packed" in md
+
+
+def test_fuzz_worst_and_violation_kinds_by_hand():
+    from envace_lite.fuzz import encodable, nesting_depth
+
+    assert (nesting_depth("[[]"), nesting_depth("]["), nesting_depth('{"a": [{"b": 1}]}')) == (
+        2, 1, 3)
+    assert encodable("é🌧") and not encodable("a\ud800")
+    assert fuzz_protocol.violation_kind("duplicate key 'name' in the call JSON") == "duplicate_key"
+    assert fuzz_protocol.violation_kind("arguments dropped: nested more than 32 levels deep") \
+        == "arguments_dropped"
+    assert fuzz_protocol.violation_kind("name: a lone surrogate (not valid UTF-8) was escaped "
+                                        "as text") == "lone_surrogate_escaped"
+    assert fuzz_protocol.violation_kind("unknown tool 'x' (not among the 3 available tools)") \
+        == "unknown_tool"
+    assert fuzz_protocol.violation_kind("arguments.folder: 3 is not of type 'string'") == "schema"
+    # per criterion the top 1: "zz" the only output with calls, "aaaa" the longest, "[[[" the
+    # deepest, "b" has the most tokens, "\ud800x" the only unencodable one; a crash comes first
+    w = fuzz_protocol.Worst(per=1)
+    for text, tokens, crash, calls in (("aaaa", 1, "", False), ("[[[", 2, "", False),
+                                       ("b", 9, "", False), ("\ud800x", 1, "", False),
+                                       ("zz", 0, "", True), ("c", 0, "parse: X", False)):
+        w.add(text, tokens, crash, calls)
+    picked = w.pick(9)
+    assert [(p["text"], p["why"]) for p in picked] == [
+        ("c", ["crash"]), ("zz", ["calls"]), ("aaaa", ["chars"]), ("[[[", ["depth"]),
+        ("b", ["tokens"]), ("\ud800x", ["unencodable"])]
+    assert [p["text"] for p in w.pick(2)] == ["c", "zz"]
+    w2 = fuzz_protocol.Worst(per=2)  # one output tops two criteria: listed once, both reasons
+    for text, tokens in (("[[[[[[", 1), ("xy", 0)):
+        w2.add(text, tokens, "")
+    assert [(p["text"], p["why"]) for p in w2.pick(4)] == [
+        ("[[[[[[", ["chars", "depth", "tokens"]), ("xy", ["chars", "depth", "tokens"])]
+
+
+def test_fuzz_protocol_quick(out):
+    d = fuzz_protocol.main(["--quick", "--out", str(out / "fz.json")])
+    n = d["setup"]["n"]
+    assert d["generated"] == {"act": n, "rehearse": n} and d["crashes"] == 0
+    # every example has exactly one outcome per role
+    assert sum(d["outcomes"]["act"].values()) == sum(d["outcomes"]["rehearse"].values()) == n
+    assert 0 < len(d["worst"]["act"]) <= d["setup"]["k"]
+    assert d["train"]["all_rows_written"] and d["train"]["metrics_steps"] == [1, 2]
+    assert d["eval"]["all_rows_written"]
+    assert d["eval"]["rows_written"] == d["eval"]["rows_expected"] == d["setup"]["eval_tasks"]
+    assert d["accepted"] and d["command"].startswith("python benchmarks/fuzz_protocol.py")

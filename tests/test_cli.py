@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from envace_lite.cli import app
@@ -57,3 +58,61 @@ def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
     # steps: b after a → 7; seed: extra after the files → 9; beta: --set after extra → 0.25;
     # mode: final after --set → act_only
     assert (cfg.grpo.steps, cfg.run.seed, cfg.grpo.beta, cfg.grpo.mode) == (7, 9, 0.25, "act_only")
+
+
+@pytest.mark.parametrize("args", [
+    ["eval", "--profile", "smoke", "--limit", "-1"],
+    ["fidelity", "--profile", "smoke", "--limit", "-1"],
+    ["experiment", "--profile", "smoke", "--eval-limit", "-1"],
+    ["experiment", "--profile", "smoke", "--fidelity-limit", "-1"],
+    ["drills", "baselines", "--limit", "-1"],
+])
+def test_negative_limit_is_one_line_exit_2_before_anything(tmp_path, monkeypatch, args):
+    from envace_lite import models
+
+    def boom(*a, **k):
+        raise AssertionError("no model may load")
+
+    monkeypatch.setattr(models, "load_policy", boom)
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    out = tmp_path / ("report.json" if args[0] == "drills" else "out")
+    res = runner.invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "expected int >= 0" in lines[0]
+    assert "Traceback" not in res.output
+    assert not out.exists() and not (tmp_path / "runs").exists()
+
+
+def test_eval_limit_zero_runs_every_task(tmp_path, monkeypatch):
+    from envace_lite import evaluate as ev
+
+    class Env:
+        def reset(self):
+            return [{"role": "user", "content": "hi"}]
+
+    ran = []
+
+    def fake_run(gen, tok, episodes, cfg, on_row, **kw):
+        rows = []
+        for e in episodes:
+            ran.append(e.task_id)
+            rows.append({"suite": e.suite, "task_id": e.task_id, "repeat": e.repeat,
+                         "rehearsal": "none", "n": 0, "reward": 1.0})
+            on_row(rows[-1])
+        return rows
+
+    monkeypatch.setattr(ev, "list_tasks", lambda suite, split: ["t0", "t1", "t2"])
+    monkeypatch.setattr(ev, "make_env", lambda suite, tid, **kw: Env())
+    monkeypatch.setattr(ev, "run_committed", fake_run)
+    monkeypatch.setattr(ev, "as_policy", lambda *a, **k: ev.Policy(None, None, "fake"))
+    for name in ("write_summary", "format_table", "summarize_runs", "table3", "usage_table"):
+        monkeypatch.setattr(ev, name, lambda *a, **k: "")
+    for limit, expected in (("0", ["t0", "t1", "t2"]), ("2", ["t0", "t1"])):
+        ran.clear()
+        out = tmp_path / f"limit{limit}"
+        res = runner.invoke(app, ["eval", "--profile", "smoke", "--suite", "bfcl-base",
+                                  "--limit", limit, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert ran == expected
+        assert json.loads((out / "config.json").read_text())["eval"]["limit"] == int(limit)

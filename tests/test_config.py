@@ -97,3 +97,34 @@ def test_act_only_baseline_and_grounding_scope_values():
         get_config("smoke", {"rollout.grounding_scope": "future"})
     cfg = get_config("smoke", {"grpo.mode": "act_only", "grpo.act_only_baseline": "trajectories"})
     assert cfg.grpo.act_only_baseline == "trajectories"
+
+
+def test_limit_zero_means_all_tasks_and_negative_is_refused():
+    from envace_lite.config import BOUNDS, ConfigError, first_tasks
+
+    ids = ["t0", "t1", "t2"]
+    assert first_tasks(ids, 0) == ["t0", "t1", "t2"]  # 0 = all
+    assert first_tasks(ids, 2) == ["t0", "t1"] and first_tasks(ids, 9) == ids
+    with pytest.raises(ConfigError, match=r"^--limit=-1: expected int >= 0 \(0 = all tasks\)$"):
+        first_tasks(ids, -1, "--limit")  # ids[:-1] would have run t0 and t1 silently
+    with pytest.raises(ConfigError, match="limit=True"):
+        first_tasks(ids, True)
+    # the config bound says the same for eval.limit
+    assert BOUNDS["eval.limit"] == (0, None, "[]")
+    assert get_config("smoke", {"eval.limit": 0}).eval.limit == 0
+    with pytest.raises(ConfigError, match=r"^eval.limit=-1: expected int >= 0$"):
+        get_config("smoke", {"eval.limit": -1})
+
+
+def test_load_tasks_limit_zero_is_all_and_negative_is_refused():
+    from envace_lite.config import ConfigError
+    from envace_lite.data import load_tasks
+    from envace_lite.envs import list_tasks
+
+    everything = load_tasks("bfcl-base", "test")
+    assert len(everything) == len(list_tasks("bfcl-base", "test")) == 50
+    assert [t.id for t in load_tasks("bfcl-base", "test", limit=0)] == [t.id for t in everything]
+    assert [t.id for t in load_tasks("bfcl-base", "test", limit=2)] == [
+        t.id for t in everything[:2]]
+    with pytest.raises(ConfigError, match="limit=-1"):
+        load_tasks("bfcl-base", "test", limit=-1)

@@ -1,7 +1,8 @@
 """Property-based fuzz of the protocol path: parse -> render -> tokenize -> REHEARSE prompt ->
 env.step, on every suite's tool schemas, under the smoke, micro and laptop tokenizers.
 
-Hypothesis writes hostile ACT and REHEARSE outputs: calls of the suite's tools (and unknown ones)
+Hypothesis writes hostile ACT and REHEARSE outputs with the strategies of ``envace_lite.fuzz``
+(shared with ``benchmarks/fuzz_protocol.py``): calls of the suite's tools (and unknown ones)
 with arguments holding lone surrogates (raw and as JSON escapes), ``</think>`` and tag text,
 control characters, special-token text, NaN, deep nesting and duplicate keys, in every framing
 (think blocks, prose, fences, unclosed, truncated). Each example must go through the whole path
@@ -24,6 +25,8 @@ from hypothesis import strategies as st
 
 from envace_lite import protocol as P
 from envace_lite.envs import SUITES, list_tasks, make_env
+from envace_lite.fuzz import act_outputs, rehearse_outputs
+from envace_lite.fuzz import decoded as _decoded
 from envace_lite.generation import chat_ids
 from envace_lite.rollout import rehearsal_observation
 
@@ -31,68 +34,6 @@ CI_EXAMPLES = 40
 LONG_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10000"))
 PROFILES = ("smoke", "micro", "laptop")
 """The tokenizers of the offline profiles (laptop: SmolLM2's, from the local GGUF package)."""
-
-HOSTILE = ["\ud800", "\udfff", "\\ud800", "\\udc00x", "\\ud83c\\udf27", "</think>", "<think>",
-           "<tool_call>", "</tool_call>", "<execution_result>", "</execution_result>",
-           "<|im_end|>", "<|im_start|>assistant", "<|endoftext|>", "\x00", "\x1b[2J", "\u2028",
-           "\ufeff", "\\", '"', "{", "}", "[", "]", "\n", "🌧", "é", "\u0130", "NaN", "' OR 1=1"]
-
-
-def _decoded(text: str) -> str:
-    """What a tokenizer's ``decode`` could return for ``text``: no lone surrogate survives."""
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12)),
-                        max_size=5).map("".join)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), hostile_text)
-json_values = st.recursive(scalars, lambda c: st.one_of(
-    st.lists(c, max_size=4), st.dictionaries(hostile_text, c, max_size=4)), max_leaves=16)
-
-
-@st.composite
-def act_outputs(draw: st.DrawFn, tools: list[dict]) -> str:
-    """One hostile ACT output for these tool schemas."""
-    fns = [t["function"] for t in tools]
-    fn = draw(st.sampled_from(fns))
-    params = list((fn.get("parameters") or {}).get("properties", {}))
-    name = draw(st.one_of(st.just(fn["name"]), hostile_text, st.sampled_from(
-        [f["name"] for f in fns])))
-    keys = st.one_of(st.sampled_from(params), hostile_text) if params else hostile_text
-    args = draw(st.dictionaries(keys, json_values, max_size=5))
-    if draw(st.integers(0, 9)) == 0:  # deep nesting, past the depth bound
-        deep: object = 1
-        for _ in range(draw(st.integers(30, 600))):
-            deep = [deep]
-        args["x"] = deep
-    as_string = draw(st.booleans()) and draw(st.booleans())
-    call = {"name": name, "arguments": json.dumps(args) if as_string else args}
-    body = json.dumps(call, ensure_ascii=draw(st.booleans()))
-    if draw(st.integers(0, 4)) == 0:  # a duplicate key, json's last-wins
-        body = body.replace('{"name": ', '{"name": "rm", "name": ', 1)
-    if draw(st.integers(0, 4)) == 0:  # torn by the token cap
-        body = body[: draw(st.integers(0, len(body)))]
-    frame = draw(st.sampled_from([
-        "<tool_call>\n{b}\n</tool_call>", "<tool_call>{b}", "{b}", "```json\n{b}\n```",
-        "<think>{t}</think>\n<tool_call>\n{b}\n</tool_call>", "{t}</think><tool_call>{b}</tool_call>",
-        "{t}\n<tool_call>\n{b}\n</tool_call>\n{t}", "<tool_call>{b}</tool_call><tool_call>{b}",
-        "<tool_call>\n{b}\n</tool_call>\n<tool_call>\n{b}\n</tool_call>", "{t}", "< tool_call >{b}",
-        "<think>{t}", "</tool_call>{b}<tool_call>"]))
-    return frame.format(b=body, t=draw(hostile_text))
-
-
-@st.composite
-def rehearse_outputs(draw: st.DrawFn) -> str:
-    """One hostile REHEARSE output."""
-    content = draw(st.one_of(hostile_text, json_values.map(
-        lambda v: json.dumps(v, ensure_ascii=False))))
-    frame = draw(st.sampled_from([
-        "<execution_result>{c}</execution_result>",
-        "<think>{t}</think><execution_result>{c}</execution_result>", "<execution_result>{c}", "{c}", "{t}</think>{c}",
-        "<execution_result>{c}</execution_result><execution_result>{c}</execution_result>",
-        "<tool_call>{c}</tool_call>"]))
-    return frame.format(c=content, t=draw(hostile_text))
 
 
 def _tau2_user(messages: list) -> str:  # a scripted USER for the official tau2 suites
