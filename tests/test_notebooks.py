@@ -28,7 +28,7 @@ from papermill.translators import PythonTranslator
 from envace_lite import course
 from envace_lite import notebooks as nbs
 from envace_lite.advantages import rolewise_advantages
-from envace_lite.evaluate import ci95, summarize
+from envace_lite.tables import ci95, summarize
 from envace_lite.fidelity import aggregate, pair_metrics
 
 NOTEBOOKS = nbs.discover()
