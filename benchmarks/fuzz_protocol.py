@@ -252,7 +252,7 @@ def fuzz(world: World, suites: list[str], n: int, seed: int, k: int) -> dict[str
                                             "rehearse_prompts": 0} for p in world.toks},
                              "crashes": Counter(), "unencodable": Counter()}
     worst = {"act": Worst(-(-k // len(CRITERIA))), "rehearse": Worst(-(-k // (len(CRITERIA) - 1)))}
-    path_s = [0.0]
+    path_s, crash_examples = [0.0], []
 
     @hseed(seed)
     @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
@@ -274,9 +274,10 @@ def fuzz(world: World, suites: list[str], n: int, seed: int, k: int) -> dict[str
                             res["calls"] and role == "act")
         if res["crash"]:
             stats["crashes"][res["crash"].split(":")[0]] += 1
-            worst["crash_examples"] = worst.get("crash_examples", []) + [
-                {"suite": suite, "rendering": rendering, "crash": res["crash"],
-                 "act": act[:300], "rehearse": rehearse[:300]}][:10]
+            if len(crash_examples) < 10:
+                crash_examples.append({"suite": suite, "rendering": rendering,
+                                       "crash": res["crash"], "act": act[:300],
+                                       "rehearse": rehearse[:300]})
         path_s[0] += time.perf_counter() - t0
         if worst["act"].n % 1000 == 0:
             print(f"{worst['act'].n} examples, {sum(stats['crashes'].values())} crashes",
@@ -287,7 +288,7 @@ def fuzz(world: World, suites: list[str], n: int, seed: int, k: int) -> dict[str
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     done = worst["act"].n
     return {"stats": stats, "worst": worst, "examples": done, "wall_s": wall, "cpu_s": cpu,
-            "path_s": path_s[0]}
+            "path_s": path_s[0], "crash_examples": crash_examples}
 
 
 def _script(act: list[str], rehearse: list[str]) -> tuple[Any, dict[str, Counter]]:
@@ -450,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "generated": {"act": f["examples"], "rehearse": f["examples"]},
         "crashes": crashes,
         "crashes_by_stage": dict(s["crashes"]),
-        "crash_examples": f["worst"].get("crash_examples", []),
+        "crash_examples": f["crash_examples"],
         "outcomes": {"act": dict(s["act"].most_common()),
                      "act_violations": dict(s["act_violations"].most_common()),
                      "rehearse": dict(s["rehearse"].most_common()),

@@ -88,6 +88,20 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
                  "tokens/s", f"{d['engine_vllm']['tokens_per_s']} / "
                  f"{d['raw_vllm']['tokens_per_s']} / {d['engine_hf']['tokens_per_s']} "
                  f"(engine = **{100 * d['engine_share_of_raw']:.0f} %** of raw)")]
+    if kind == "fuzz_protocol":
+        s, t, e = d["seconds"], d["train"], d["eval"]
+        toks = ", ".join(d["setup"]["tokenizers"])
+        fuzzed = (f"{d['generated']['act']:,} + {d['generated']['rehearse']:,}, "
+                  f"**{d['crashes']} crashes**; path {s['path_ms_per_example']} ms per example, "
+                  f"{s['total']} s in all")
+        fed = (f"train: steps {t.get('metrics_steps')}, {t['act_outputs_played']} ACT outputs; "
+               f"eval: {e.get('rows_written')}/{e['rows_expected']} rows, "
+               f"{e['act_outputs_played']} ACT outputs; "
+               f"{'accepted' if d['accepted'] else 'NOT accepted'}")
+        what = f"protocol fuzz (seed {d['seed']}, tokenizers {toks}): ACT + REHEARSE outputs"
+        worst = (f"protocol fuzz: the {d['setup']['k']} worst through a scripted train and a "
+                 "parallel-rehearsal eval")
+        return [(what, fuzzed), (worst, fed)]
     return []
 
 

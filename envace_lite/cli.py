@@ -568,6 +568,9 @@ def experiment_cmd(
     from envace_lite.experiment import run_experiment
     from envace_lite.paths import new_run_dir
 
+    if eval_limit is not None:  # before any run dir
+        first_tasks([], eval_limit, "--eval-limit")
+    first_tasks([], fidelity_limit, "--fidelity-limit")
     overrides = {"run.seed": seed, **parse_overrides(set_)}
     if mode is not None:
         overrides["grpo.mode"] = mode

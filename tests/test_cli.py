@@ -76,12 +76,13 @@ def test_negative_limit_is_one_line_exit_2_before_anything(tmp_path, monkeypatch
     monkeypatch.setattr(models, "load_policy", boom)
     monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
     out = tmp_path / ("report.json" if args[0] == "drills" else "out")
-    res = runner.invoke(app, [*args, "--out", str(out)])
-    assert res.exit_code == 2, res.output
-    lines = [line for line in res.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "expected int >= 0" in lines[0]
-    assert "Traceback" not in res.output
-    assert not out.exists() and not (tmp_path / "runs").exists()
+    for extra in (["--out", str(out)], []):  # with and without a folder of one's own
+        res = runner.invoke(app, [*args, *extra])
+        assert res.exit_code == 2, res.output
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+        assert "=-1: expected int >= 0" in lines[0] and "Traceback" not in res.output
+        assert not out.exists() and not (tmp_path / "runs").exists()
 
 
 def test_eval_limit_zero_runs_every_task(tmp_path, monkeypatch):

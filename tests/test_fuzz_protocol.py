@@ -9,8 +9,11 @@ control characters, special-token text, NaN, deep nesting and duplicate keys, in
 without an exception, and every prompt built from it must be valid UTF-8 and tokenize.
 
 Tiers: the default test runs a fixed, derandomized set of ``CI_EXAMPLES`` examples; the
-``fuzz_long`` marker runs ``LONG_EXAMPLES`` (the acceptance run; by hand:
-``pytest tests/test_fuzz_protocol.py -m fuzz_long``; ``FUZZ_EXAMPLES`` overrides the count).
+``fuzz_long`` marker runs ``LONG_EXAMPLES`` through this whole path, ``env.step`` included (by
+hand: ``pytest tests/test_fuzz_protocol.py -m fuzz_long``; ``FUZZ_EXAMPLES`` overrides the
+count). The 10,000-output acceptance run is ``benchmarks/fuzz_protocol.py``: the same strategies
+through parse -> render -> tokenize without the env step, then its worst outputs through a
+scripted train and a ``rehearsal=parallel`` eval.
 """
 from __future__ import annotations
 
@@ -142,7 +145,7 @@ def test_fuzz_protocol_path_ci(world):
 
 @pytest.mark.fuzz_long
 def test_fuzz_protocol_path_long(world):
-    """The acceptance run: ``LONG_EXAMPLES`` ACT and REHEARSE outputs, zero exceptions."""
+    """``LONG_EXAMPLES`` ACT and REHEARSE outputs through the whole path, zero exceptions."""
     ran = _fuzz(world, LONG_EXAMPLES)
     print(f"fuzz_long: {ran} ACT + {ran} REHEARSE outputs through the path, 0 exceptions")
     assert ran >= LONG_EXAMPLES
