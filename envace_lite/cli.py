@@ -33,13 +33,20 @@ from typing import Any
 import typer
 
 from envace_lite.config import Config, ConfigError, check_profile, get_config, parse_overrides
+from envace_lite.profiles import PROFILES
 from envace_lite.progress import get_logger, progress
+from envace_lite.types import DECODING, REHEARSAL_MODES, TRAIN_MODES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="envace-lite: EnvACE world rehearsal, on a laptop.")
 data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the data card.")
 app.add_typer(data_app, name="data")
 log = get_logger("envace_lite.cli")
+
+PROFILE_HELP = " | ".join(PROFILES)
+"""The ``--profile`` choices, read from ``profiles.PROFILES``."""
+MODE_HELP = " | ".join(TRAIN_MODES)
+"""The ``--mode`` choices (``types.TrainMode``)."""
 
 
 _STATE = {"debug": False}
@@ -126,19 +133,20 @@ def resolve_config(profile: str, files: list[str], sets: list[str],
 @app.command("eval")
 @_cli_errors
 def eval_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
     limit: int | None = typer.Option(None, help="tasks per suite (0 = all)"),
     split: str = typer.Option("test", help="task split"),
     seed: int = typer.Option(0, help="run seed"),
     checkpoint: str = typer.Option("", help="the acting policy: a checkpoint folder, or '' for "
                                    "the profile's model"),
-    rehearsal: str = typer.Option("none", help="none | parallel | sequential (paper §2.3)"),
+    rehearsal: str = typer.Option("none", help=" | ".join(REHEARSAL_MODES) + " (paper §2.3)"),
     n: int | None = typer.Option(None, help="N, rehearsals per user turn (default: profile's)"),
     rehearsal_checkpoint: str = typer.Option(
         "", help="who rehearses: '' (the acting policy), 'base', or a checkpoint folder"),
     repeats: int | None = typer.Option(None, help="repeats per task (Avg@k)"),
-    decoding: str | None = typer.Option(None, help="greedy | sample (0.6 / 0.95)"),
+    decoding: str | None = typer.Option(None, help=" | ".join(
+        f"{k} (T={t:g}, top-p {p:g})" for k, (t, p) in DECODING.items())),
     write_gate: bool = typer.Option(False, help="refuse unseen-id / bad-schema writes"),
     sweep: bool = typer.Option(False, help="budget sweep N=1,2,3 x both modes (+ Non-TTS); "
                                "writes sweep.json and sweep.png"),
@@ -206,8 +214,7 @@ def eval_cmd(
         (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
         plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
     else:
-        mode = cfg.rehearsal.mode
-        evaluate("", suites, None if mode == "none" else mode, cfg=cfg, out=run_dir, seed=seed,
+        evaluate("", suites, cfg.rehearsal.mode, cfg=cfg, out=run_dir, seed=seed,
                  force_new_config=force_new_config)
     rows = read_rows(run_dir / "results.jsonl")
     write_summary(run_dir, rows)
@@ -220,7 +227,7 @@ def eval_cmd(
 @app.command("fidelity")
 @_cli_errors
 def fidelity_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
     limit: int = typer.Option(3, help="tasks per suite (test split; train for the upper bound)"),
     source: list[str] = typer.Option(["gold", "policy"], help="gold and/or policy pairs"),
@@ -497,8 +504,8 @@ def data_card_cmd(
 @app.command("train")
 @_cli_errors
 def train_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
-    mode: str | None = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
+    mode: str | None = typer.Option(None, help=MODE_HELP),
     steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
@@ -523,7 +530,7 @@ def train_cmd(
 @app.command("warmstart")
 @_cli_errors
 def warmstart_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir ('' = runs/warmstart/<profile>__s<seed>__<time>)"),
     measure: bool = typer.Option(True, help="held-out first-turn call rates before and after"),
@@ -547,9 +554,9 @@ def warmstart_cmd(
 @app.command("experiment")
 @_cli_errors
 def experiment_cmd(
-    profile: str = typer.Option("micro", help="smoke | micro | laptop"),
+    profile: str = typer.Option("micro", help=PROFILE_HELP),
     seed: int = typer.Option(0, help="run seed (SFT, if run here, and GRPO)"),
-    mode: str | None = typer.Option(None, help="shared | per_role | act_only"),
+    mode: str | None = typer.Option(None, help=MODE_HELP),
     steps: int | None = typer.Option(None, help="GRPO steps (default: the profile's)"),
     out: str = typer.Option("", help="run folder ('' = runs/experiment/<profile>__s<seed>__"
                             "<time>); a rerun into it resumes"),
@@ -582,7 +589,7 @@ def experiment_cmd(
 @app.command("notebooks")
 @_cli_errors
 def notebooks_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     only: str = typer.Option("", help="comma-separated notebook prefixes, e.g. 00,02 ('' = all)"),
     seed: int = typer.Option(0, help="run seed, passed to every notebook"),
     out: str = typer.Option("", help="series dir ('' = runs/notebooks/<profile>__s<seed>__"

@@ -57,3 +57,21 @@ def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
     # steps: b after a → 7; seed: extra after the files → 9; beta: --set after extra → 0.25;
     # mode: final after --set → act_only
     assert (cfg.grpo.steps, cfg.run.seed, cfg.grpo.beta, cfg.grpo.mode) == (7, 9, 0.25, "act_only")
+
+
+def test_help_lists_the_choices_from_their_homes():
+    from envace_lite.profiles import PROFILES
+    from envace_lite.types import TRAIN_MODES
+
+    for cmd in ("eval", "fidelity", "train", "warmstart", "experiment", "notebooks"):
+        res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})
+        assert res.exit_code == 0, res.output
+        assert " | ".join(PROFILES) == "smoke | micro | laptop | gpu | scaled | drills"
+        assert " | ".join(PROFILES) in res.output, cmd
+    for cmd in ("train", "experiment"):
+        res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})
+        assert "shared | per_role | act_only | act_only_real" == " | ".join(TRAIN_MODES)
+        assert " | ".join(TRAIN_MODES) in res.output, cmd
+    res = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "240"})
+    assert "none | parallel | sequential" in res.output
+    assert "sample (T=0.6, top-p 0.95)" in res.output
