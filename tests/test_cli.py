@@ -75,3 +75,15 @@ def test_help_lists_the_choices_from_their_homes():
     res = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "240"})
     assert "none | parallel | sequential" in res.output
     assert "sample (T=0.6, top-p 0.95)" in res.output
+
+
+def test_command_names_and_their_order():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert list(group.list_commands(None)) == [
+        "eval", "fidelity", "check-benchmarks", "train", "warmstart", "experiment", "notebooks",
+        "data", "drills"]
+    assert list(group.commands["drills"].list_commands(None)) == [
+        "generate", "show", "baselines", "report"]
+    assert list(group.commands["data"].list_commands(None)) == ["build", "card"]
