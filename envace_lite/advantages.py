@@ -23,10 +23,7 @@ from typing import Any
 
 import torch
 
-from envace_lite.types import ROLES, Trajectory
-
-AGGREGATIONS = ("output_mean", "token_mean")
-"""How per-token losses become one number: a mean over outputs of token means, or a token mean."""
+from envace_lite.types import AGGREGATIONS, ROLES, Trajectory
 
 
 def rolewise_advantages(rewards: torch.Tensor | Sequence[float], task_ids: Sequence[Hashable],

@@ -15,7 +15,9 @@ Commands::
     envace-lite warmstart --profile micro              # SFT on real two-role transcripts
     envace-lite notebooks --profile smoke --only 00,01  # the course, headless (papermill)
 
-Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``.
+Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``. The
+data-side commands (``check-benchmarks``, ``drills``, ``data``) are in ``cli_data.py``; the error
+handling below is ``cli_errors.py``'s.
 
 A user mistake (an unknown profile or key, a ``--set`` value of the wrong type or out of range,
 an ``--out`` holding another config) prints one line, ``error: ...``, and exits 2 before any run
@@ -24,7 +26,6 @@ judge that does not answer exits 1 the same way.
 """
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -32,6 +33,8 @@ from typing import Any
 
 import typer
 
+from envace_lite.cli_data import check_benchmarks, data_app, drills_app
+from envace_lite.cli_errors import STATE, user_errors
 from envace_lite.config import (
     Config,
     ConfigError,
@@ -40,47 +43,27 @@ from envace_lite.config import (
     get_config,
     parse_overrides,
 )
-from envace_lite.progress import get_logger, progress
+from envace_lite.profiles import PROFILES
+from envace_lite.progress import get_logger
+from envace_lite.types import DECODING, REHEARSAL_MODES, TRAIN_MODES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="envace-lite: EnvACE world rehearsal, on a laptop.")
-data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the data card.")
 app.add_typer(data_app, name="data")
+app.add_typer(drills_app, name="drills")
 log = get_logger("envace_lite.cli")
 
-
-_STATE = {"debug": False}
+PROFILE_HELP = " | ".join(PROFILES)
+"""The ``--profile`` choices, read from ``profiles.PROFILES``."""
+MODE_HELP = " | ".join(TRAIN_MODES)
+"""The ``--mode`` choices (``types.TrainMode``)."""
 
 
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="show the traceback of a user "
                                      "mistake instead of one line")) -> None:
     """envace-lite: EnvACE world rehearsal, on a laptop."""
-    _STATE["debug"] = debug
-
-
-def _cli_errors(fn):
-    """User mistakes (``ConfigError``) print one line and exit 2; a judge that does not answer
-    (``rewards.JudgeUnavailable``) exits 1; ``--debug`` re-raises both with the traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ConfigError as e:
-            if _STATE["debug"]:
-                raise
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-        except RuntimeError as e:
-            from envace_lite.rewards import JudgeUnavailable
-
-            if _STATE["debug"] or not isinstance(e, JudgeUnavailable):
-                raise
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(1) from None
-
-    return wrapper
+    STATE["debug"] = debug
 
 
 def _parse_params(items: list[str]) -> dict:
@@ -131,21 +114,22 @@ def resolve_config(profile: str, files: list[str], sets: list[str],
 
 
 @app.command("eval")
-@_cli_errors
+@user_errors
 def eval_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     suite: list[str] = typer.Option(None, help="suite(s); default: the profile's eval.suites"),
     limit: int | None = typer.Option(None, help="tasks per suite (0 = all)"),
     split: str = typer.Option("test", help="task split"),
     seed: int = typer.Option(0, help="run seed"),
     checkpoint: str = typer.Option("", help="the acting policy: a checkpoint folder, or '' for "
                                    "the profile's model"),
-    rehearsal: str = typer.Option("none", help="none | parallel | sequential (paper §2.3)"),
+    rehearsal: str = typer.Option("none", help=" | ".join(REHEARSAL_MODES) + " (paper §2.3)"),
     n: int | None = typer.Option(None, help="N, rehearsals per user turn (default: profile's)"),
     rehearsal_checkpoint: str = typer.Option(
         "", help="who rehearses: '' (the acting policy), 'base', or a checkpoint folder"),
     repeats: int | None = typer.Option(None, help="repeats per task (Avg@k)"),
-    decoding: str | None = typer.Option(None, help="greedy | sample (0.6 / 0.95)"),
+    decoding: str | None = typer.Option(None, help=" | ".join(
+        f"{k} (T={t:g}, top-p {p:g})" for k, (t, p) in DECODING.items())),
     write_gate: bool = typer.Option(False, help="refuse unseen-id / bad-schema writes"),
     sweep: bool = typer.Option(False, help="budget sweep N=1,2,3 x both modes (+ Non-TTS); "
                                "writes sweep.json and sweep.png"),
@@ -209,8 +193,7 @@ def eval_cmd(
         (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
         plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
     else:
-        mode = cfg.rehearsal.mode
-        evaluate("", suites, None if mode == "none" else mode, cfg=cfg, out=run_dir, seed=seed,
+        evaluate("", suites, cfg.rehearsal.mode, cfg=cfg, out=run_dir, seed=seed,
                  force_new_config=force_new_config)
     rows = read_rows(run_dir / "results.jsonl")
     write_summary(run_dir, rows)
@@ -221,9 +204,9 @@ def eval_cmd(
 
 
 @app.command("fidelity")
-@_cli_errors
+@user_errors
 def fidelity_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
     limit: int = typer.Option(3, help="tasks per suite, 0 = all (test split; train for the "
                               "upper bound)"),
@@ -264,244 +247,14 @@ def fidelity_cmd(
     typer.echo(f"wall time {time.perf_counter() - start:.1f} s; report in {run_dir}")
 
 
-@app.command("check-benchmarks")
-@_cli_errors
-def check_benchmarks(
-    suite: list[str] = typer.Option(..., help="suite(s) to check"),
-    split: str = typer.Option("all", help="train | test | all"),
-    corrupt: bool = typer.Option(False, help="drop the last state-changing gold call instead "
-                                 "(drills: drop the decisive write, or perform the forbidden one)"),
-    sample: int = typer.Option(0, help="check a fixed random sample of this many tasks per suite "
-                               "(seed 0; 0 = all)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object per suite"),
-) -> None:
-    """Replay every task's gold calls through our adapter; score with the benchmark's evaluator.
-
-    Prints ``{"suite", "split", "tasks", "passed", "failed_ids", "seconds"}`` per suite and exits 1
-    if any gold replay failed. With ``--corrupt`` the last state-changing gold call is dropped
-    (on the drills: the decisive write is dropped, or the forbidden write performed), tasks
-    without one are skipped, and it prints ``{"suite", "split", "mode", "tasks", "failed",
-    "still_passing_ids", "seconds"}`` (the corrupted replays that still scored 1.0).
-    """
-    import random
-
-    from envace_lite.envs import list_tasks, make_env, replay_gold
-
-    if sample < 0:
-        raise typer.BadParameter(f"--sample {sample}: use 0 (all) or a positive count")
-    ok = True
-    for s in suite:
-        start = time.perf_counter()
-        ids = list_tasks(s, split)
-        if sample and sample < len(ids):
-            ids = sorted(random.Random(0).sample(ids, sample))
-        passed, failed, skipped, skipped_ids = 0, [], 0, set()
-        for tid in progress(ids, desc=s, enabled=not as_json):
-            env = make_env(s, tid)
-            try:
-                if corrupt and hasattr(env, "corrupted_turns"):  # the drills
-                    from envace_lite.envs.drill_baselines import play
-
-                    if not (env.drill.write_allowed or env.drill.forbidden is not None):
-                        skipped += 1
-                        skipped_ids.add(tid)
-                        continue
-                    reward, _ = play(env, env.corrupted_turns())
-                elif corrupt and not any(env.is_state_changing(c.name)
-                                         for t in env.gold_turns() for c in t.calls):
-                    skipped += 1
-                    skipped_ids.add(tid)
-                    continue
-                else:
-                    reward, _ = replay_gold(env, drop_last_write=corrupt)
-            finally:
-                env.close()
-            if reward == 1.0:
-                passed += 1
-            else:
-                failed.append(tid)
-        n = len(ids) - skipped
-        seconds = round(time.perf_counter() - start, 1)
-        if corrupt:
-            still = sorted(set(ids) - set(failed) - skipped_ids)
-            report = {"suite": s, "split": split, "mode": "corrupted", "tasks": n,
-                      "failed": len(failed), "still_passing_ids": still, "seconds": seconds}
-            text = f"{s} {split} corrupted: {len(failed)}/{n} fail; still 1.0: {still} ({seconds} s)"
-        else:
-            report = {"suite": s, "split": split, "tasks": n, "passed": passed,
-                      "failed_ids": failed, "seconds": seconds}
-            text = f"{s} {split}: {passed}/{n} scored 1.0; failed {failed} ({seconds} s)"
-        typer.echo(json.dumps(report) if as_json else text)
-        ok = ok and (corrupt or not failed)
-    if not ok:
-        sys.exit(1)
-
-
-drills_app = typer.Typer(no_args_is_help=True, help="Drill suites generated from tau2's DBs.")
-app.add_typer(drills_app, name="drills")
-
-
-def _drill_errors(fn):  # bad input: one line naming the valid choices, exit 2
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (KeyError, ValueError, FileNotFoundError) as e:
-            if _STATE["debug"]:
-                raise
-            typer.echo(f"error: {e.args[-1] if e.args else e}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-@drills_app.command("generate")
-@_drill_errors
-def drills_generate(
-    domain: str = typer.Option("retail", help="retail | airline"),
-    seed: int = typer.Option(0, help="generation seed, 0 .. 2**31-1"),
-    tier: list[str] = typer.Option(None, help="tier(s) (default all)"),
-    count: int | None = typer.Option(None, help="at most this many drills per tier"),
-    out: str = typer.Option("", help="write the drills as JSONL here ('' = counts only)"),
-) -> None:
-    """Generate drills from tau2's real database; prints counts and skipped drills per reason."""
-    from dataclasses import asdict
-    from pathlib import Path
-
-    from envace_lite.envs.drill_gen import generate, skipped_by_reason
-
-    gen = generate(domain, seed, tiers=tier or None, count=count)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text("".join(json.dumps(asdict(d)) + "\n" for d in gen.drills))
-    reasons = skipped_by_reason(gen.skipped)
-    typer.echo(json.dumps({"domain": domain, "seed": seed, "drills": len(gen.drills),
-                           "counts": gen.counts(), "skipped": len(gen.skipped),
-                           "skipped_by_reason": reasons}, indent=1))
-
-
-@drills_app.command("show")
-@_drill_errors
-def drills_show(
-    suite: str = typer.Option("tau2-retail-drills", help="tau2-retail-drills | tau2-airline-drills"),
-    drill_id: str = typer.Argument(..., help="a drill id, e.g. lookup:W2611340"),
-) -> None:
-    """Print one registered drill (message, tools, gold, what must be communicated)."""
-    from dataclasses import asdict
-
-    from envace_lite.envs.drills import get_drill
-
-    d = asdict(get_drill(suite, drill_id))
-    d.pop("observations")
-    typer.echo(json.dumps(d, indent=1))
-
-
-@drills_app.command("baselines")
-@_drill_errors
-def drills_baselines(
-    suite: list[str] = typer.Option(["tau2-retail-drills"], help="drill suite(s)"),
-    split: str = typer.Option("test", help="train | test | all"),
-    limit: int = typer.Option(0, help="first N drills of the split (0 = all)"),
-    out: str = typer.Option("", help="write the JSON report here"),
-) -> None:
-    """Score the scripted baselines (do nothing, always refuse, always write, guess the
-    commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
-    from pathlib import Path
-
-    from envace_lite.envs import list_tasks, make_env
-    from envace_lite.envs.drill_baselines import BASELINES, baseline_turns, play
-
-    first_tasks([], limit, "--limit")
-    report: dict = {"split": split, "suites": {}}
-    for s in suite:
-        start = time.perf_counter()
-        ids = first_tasks(list_tasks(s, split), limit, "--limit")
-        per: dict = {b: {} for b in BASELINES}
-        for tid in progress(ids, desc=s):
-            env = make_env(s, tid)
-            try:
-                for b in BASELINES:
-                    r, _ = play(env, baseline_turns(env.drill, b))
-                    per[b].setdefault(env.drill.tier, []).append(r)
-            finally:
-                env.close()
-        report["suites"][s] = {
-            "tasks": len(ids), "seconds": round(time.perf_counter() - start, 1),
-            **{b: {"success": sum(sum(v) for v in per[b].values()) / max(1, len(ids)),
-                   "per_tier": {t: sum(v) / len(v) for t, v in per[b].items()}}
-               for b in BASELINES}}
-    text = json.dumps(report, indent=1)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text + "\n")
-    typer.echo(text)
-
-
-@drills_app.command("report")
-@_drill_errors
-def drills_report(
-    run: list[str] = typer.Option(..., help="finished experiment folder(s), one per mode and seed"),
-    out: str = typer.Option("", help="write report.json and effect.png here"),
-) -> None:
-    """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs."""
-    from pathlib import Path
-
-    from envace_lite.drill_report import figure, report
-
-    rep = report(run)
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
-        figure(rep, Path(out) / "effect.png")
-    for r in rep["runs"]:
-        g = r["gain"]
-        typer.echo(f"{r['mode']:>13} s{r['seed']}: after SFT {100 * r['sft']:.1f} % -> "
-                   f"{100 * r['final']:.1f} %  gain {100 * g['diff']:+.1f} "
-                   f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks")
-    for mode, v in rep["vs_shared"].items():
-        typer.echo(f"{mode} - shared: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, "
-                   f"{100 * v['hi']:+.1f}]")
-
-
-@data_app.command("build")
-@_cli_errors
-def data_build(
-    suite: list[str] = typer.Option(..., help="suite(s)"),
-    split: str = typer.Option("all", help="train | test | all"),
-    rebuild: bool = typer.Option(False, help="ignore the cache"),
-) -> None:
-    """Build (or load) the derived tasks: checklists and grounding from real gold replays."""
-    from envace_lite.data import load_tasks
-
-    for s in suite:
-        splits = ("train", "test") if split == "all" else (split,)
-        for sp in splits:
-            tasks = load_tasks(s, sp, rebuild=rebuild)
-            flagged = sum(1 for t in tasks if t.flags)
-            typer.echo(f"{s} {sp}: {len(tasks)} tasks, {flagged} with flagged gold calls")
-
-
-@data_app.command("card")
-@_cli_errors
-def data_card_cmd(
-    suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
-) -> None:
-    """Write ``data/card.json`` with counts, fingerprints and flagged gold calls."""
-    from envace_lite.data import write_data_card
-    from envace_lite.envs import BFCL_SUITES, DRILL_SUITES
-
-    suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES,
-                       *DRILL_SUITES]
-    typer.echo(f"wrote {write_data_card(suites)}")
+app.command("check-benchmarks")(check_benchmarks)  # from cli_data.py; here for the help's order
 
 
 @app.command("train")
-@_cli_errors
+@user_errors
 def train_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
-    mode: str | None = typer.Option(None, help="shared | per_role | act_only | act_only_real"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
+    mode: str | None = typer.Option(None, help=MODE_HELP),
     steps: int | None = typer.Option(None, help="optimizer steps (default: the profile's)"),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir to write or resume ('' = a new one)"),
@@ -524,9 +277,9 @@ def train_cmd(
 
 
 @app.command("warmstart")
-@_cli_errors
+@user_errors
 def warmstart_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     seed: int = typer.Option(0, help="run seed"),
     run_dir: str = typer.Option("", help="run dir ('' = runs/warmstart/<profile>__s<seed>__<time>)"),
     measure: bool = typer.Option(True, help="held-out first-turn call rates before and after"),
@@ -548,11 +301,11 @@ def warmstart_cmd(
 
 
 @app.command("experiment")
-@_cli_errors
+@user_errors
 def experiment_cmd(
-    profile: str = typer.Option("micro", help="smoke | micro | laptop"),
+    profile: str = typer.Option("micro", help=PROFILE_HELP),
     seed: int = typer.Option(0, help="run seed (SFT, if run here, and GRPO)"),
-    mode: str | None = typer.Option(None, help="shared | per_role | act_only"),
+    mode: str | None = typer.Option(None, help=MODE_HELP),
     steps: int | None = typer.Option(None, help="GRPO steps (default: the profile's)"),
     out: str = typer.Option("", help="run folder ('' = runs/experiment/<profile>__s<seed>__"
                             "<time>); a rerun into it resumes"),
@@ -587,9 +340,9 @@ def experiment_cmd(
 
 
 @app.command("notebooks")
-@_cli_errors
+@user_errors
 def notebooks_cmd(
-    profile: str = typer.Option("laptop", help="smoke | micro | laptop | gpu | scaled"),
+    profile: str = typer.Option("laptop", help=PROFILE_HELP),
     only: str = typer.Option("", help="comma-separated notebook prefixes, e.g. 00,02 ('' = all)"),
     seed: int = typer.Option(0, help="run seed, passed to every notebook"),
     out: str = typer.Option("", help="series dir ('' = runs/notebooks/<profile>__s<seed>__"

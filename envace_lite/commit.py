@@ -49,15 +49,9 @@ from envace_lite.config import Config
 from envace_lite.envs import Env
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger, progress
-from envace_lite.rehearsal import (
-    DECODING,
-    MODES,
-    RehearsalExecuted,
-    TurnRehearsal,
-    rehearse_turns,
-)
+from envace_lite.rehearsal import RehearsalExecuted, TurnRehearsal, rehearse_turns
 from envace_lite.rollout import chat_glue, ids_with_stop
-from envace_lite.types import Observation, ToolCall
+from envace_lite.types import DECODING, Observation, RehearsalMode, ToolCall, rehearsal_mode
 
 log = get_logger(__name__)
 
@@ -280,7 +274,7 @@ def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
         ep.stop_reason = "turn_limit"
 
 
-def _finish(ep: Episode, cfg: Config, mode: str, n: int) -> dict[str, Any]:
+def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, Any]:
     """Score a finished episode with its benchmark, close its env, and build its row."""
     if not ep.seconds:
         ep.seconds = time.perf_counter() - ep.started
@@ -385,7 +379,7 @@ def act_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
 
 
 def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
-                  rehearsal: str | None = None, n: int | None = None,
+                  rehearsal: RehearsalMode | None = "none", n: int | None = None,
                   rehearsal_generator: Generator | None = None,
                   rehearsal_tokenizer: Any = None,
                   on_row: Any = None) -> list[dict[str, Any]]:
@@ -398,7 +392,8 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         generator, tokenizer: the acting policy.
         episodes: fresh episodes (``Episode(suite, task_id, repeat, env, env.reset())``).
         cfg: the run config (rendering, budgets, ``eval`` decoding and turn limit, ``rehearsal``).
-        rehearsal: None / ``"none"`` (plain committed execution), ``parallel`` or ``sequential``.
+        rehearsal: ``"none"`` (plain committed execution), ``parallel`` or ``sequential``
+            (``types.RehearsalMode``); None is taken as ``"none"`` (``types.rehearsal_mode``).
         n: N (default ``cfg.rehearsal.n``).
         rehearsal_generator, rehearsal_tokenizer: the rehearsing policy (default: the acting one).
         on_row: called with each row as soon as its episode is scored (e.g. to append it to
@@ -413,10 +408,11 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         rendering, decoding, seconds, error, details``. An exception in one episode's own work
         (its ACT prompt, its rehearsal, its env step) ends that episode with
         ``stop_reason="error"`` and ``error`` set; its row is written, the others go on.
+
+    Raises:
+        ValueError: ``rehearsal`` is not a ``types.RehearsalMode`` (nor None).
     """
-    mode = rehearsal or "none"
-    if mode not in ("none",) + MODES:
-        raise ValueError(f"rehearsal={rehearsal!r}: use None, 'parallel' or 'sequential'")
+    mode = rehearsal_mode(rehearsal)
     n = (cfg.rehearsal.n if n is None else n) if mode != "none" else 0
     rgen = rehearsal_generator or generator
     rtok = rehearsal_tokenizer if rehearsal_tokenizer is not None else tokenizer

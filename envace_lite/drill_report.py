@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite.stats import bootstrap_mean, paired_bootstrap, per_tier
-
-MODES_ORDER = ("shared", "per_role", "act_only", "act_only_real")
+from envace_lite.types import TRAIN_MODES
 
 
 def load_run(folder: str | Path) -> dict[str, Any]:
@@ -100,8 +99,8 @@ def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = sorted(rep["runs"], key=lambda r: (MODES_ORDER.index(r["mode"])
-                                              if r["mode"] in MODES_ORDER else 9, r["seed"]))
+    runs = sorted(rep["runs"], key=lambda r: (TRAIN_MODES.index(r["mode"])
+                                              if r["mode"] in TRAIN_MODES else 9, r["seed"]))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(runs) + 2), 4.2))
     xs = range(len(runs))
     sft = [100 * r["sft"] for r in runs]
@@ -129,4 +128,4 @@ def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
     return path
 
 
-__all__ = ["MODES_ORDER", "figure", "load_run", "report"]
+__all__ = ["figure", "load_run", "report"]

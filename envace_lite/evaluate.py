@@ -38,8 +38,9 @@ from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import Generator
 from envace_lite.paths import read_jsonl
 from envace_lite.progress import get_logger
-from envace_lite.rehearsal import DECODING, MODES
 from envace_lite.tables import sweep_point, write_summary
+from envace_lite.types import DECODING
+from envace_lite.types import REHEARSING_MODES as MODES
 
 log = get_logger(__name__)
 

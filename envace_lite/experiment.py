@@ -81,7 +81,7 @@ def heldout_point(cfg: Config, checkpoint: str, stage: str, step: int, *, eval_l
     c.run.progress = False
     policy = as_policy(checkpoint, c, seed=seed)
     rows = evaluate(policy, list(c.eval.suites), cfg=c, limit=eval_limit, decoding="greedy",
-                    rehearsal=None, seed=seed)
+                    rehearsal="none", seed=seed)
     rewards = [float(r["reward"] or 0.0) for r in rows]
     report = audit((policy.generator, policy.tokenizer), list(c.eval.suites), c,
                    limit=fidelity_limit, sources=("gold",), upper_bound=False)

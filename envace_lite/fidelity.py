@@ -46,9 +46,8 @@ from envace_lite.config import Config, first_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import chat_ids
 from envace_lite.progress import get_logger
-from envace_lite.rehearsal import DECODING
 from envace_lite.rollout import rehearsal_observation
-from envace_lite.types import Observation, ToolCall
+from envace_lite.types import DECODING, Observation, ToolCall
 
 log = get_logger(__name__)
 

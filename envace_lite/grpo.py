@@ -64,12 +64,12 @@ from envace_lite.advantages import (
 )
 from envace_lite.config import Config
 from envace_lite.rows import Rows, build_rows, collate_rows, length_buckets, output_lengths
-from envace_lite.types import ROLES, Trajectory
+from envace_lite.types import ROLES, TRAIN_MODES, RolloutMode, TrainMode, Trajectory
 
-MODES = ("shared", "per_role", "act_only", "act_only_real")
-ROLLOUT_MODE = {"shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
-                "act_only_real": "real"}
-"""The rollout engine's mode for each training mode."""
+ROLLOUT_MODE: dict[TrainMode, RolloutMode] = {
+    "shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
+    "act_only_real": "real"}
+"""The rollout engine's mode for each training mode (its keys are ``types.TRAIN_MODES``)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,8 +147,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         from datasets import Dataset
 
         g = cfg.grpo
-        if g.mode not in MODES:
-            raise ValueError(f"grpo.mode={g.mode!r}: expected one of {MODES}")
+        if g.mode not in TRAIN_MODES:
+            raise ValueError(f"grpo.mode={g.mode!r}: expected one of {TRAIN_MODES}")
         if g.mode == "per_role" and cfg.rollout.generation_backend != "hf":
             raise ValueError("grpo.mode='per_role' trains two policies, and a vLLM backend serves "
                              "one: use rollout.generation_backend='hf'")

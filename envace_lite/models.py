@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 
-from envace_lite.config import OFFLINE_PROFILES, Config, ModelConfig, get_config
+from envace_lite.config import Config, ModelConfig, get_config
 from envace_lite.paths import cache_dir, is_cached, write_cache
+from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)

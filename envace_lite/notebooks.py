@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import OFFLINE_PROFILES, check_profile
+from envace_lite.config import check_profile
 from envace_lite.course import (
     NOTEBOOKS_DIR,
     check_param_type,
@@ -54,6 +54,7 @@ from envace_lite.course import (
     runs_root,
 )
 from envace_lite.paths import new_run_dir
+from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)

@@ -59,13 +59,9 @@ from envace_lite.config import Config
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger
 from envace_lite.rollout import rollout
-from envace_lite.types import Task, Trajectory
+from envace_lite.types import DECODING, REHEARSING_MODES, Task, Trajectory
 
 log = get_logger(__name__)
-
-MODES = ("parallel", "sequential")
-DECODING = {"greedy": (0.0, 1.0), "sample": (0.6, 0.95)}
-"""``(temperature, top_p)`` per decoding name: greedy, or the reference's validation sampling."""
 FEEDBACK_RAW_CHARS = 1000
 """An unparseable FEEDBACK keeps this many characters of its visible text."""
 MEMORY_TAG_SLACK = 16
@@ -369,8 +365,8 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
     Raises:
         RuntimeError: an env's ``real_calls`` changed during rehearsal (a bug: never expected).
     """
-    if mode not in MODES:
-        raise ValueError(f"rehearsal mode {mode!r}: use one of {MODES}")
+    if mode not in REHEARSING_MODES:
+        raise ValueError(f"rehearsal mode {mode!r}: use one of {REHEARSING_MODES}")
     if n < 1:
         raise ValueError(f"n={n}: rehearsal needs at least one attempt")
     started, before = time.perf_counter(), [ep.env.real_calls for ep in episodes]
@@ -447,8 +443,6 @@ def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Gen
 
 
 __all__ = [
-    "DECODING",
-    "MODES",
     "Attempt",
     "Episode",
     "Feedback",

@@ -59,11 +59,19 @@ from envace_lite.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger
 from envace_lite.protocol import ErrorCode
 from envace_lite.rewards import judge_turn
-from envace_lite.types import Observation, Output, Step, Task, ToolCall, Trajectory
+from envace_lite.types import (
+    ROLES,
+    ROLLOUT_MODES,
+    Observation,
+    Output,
+    Step,
+    Task,
+    ToolCall,
+    Trajectory,
+)
 
 log = get_logger(__name__)
 
-MODES = ("rehearse", "real", "frozen_simulator")
 RAW_OBSERVATION_CHARS = 2000
 """Cap of the raw text that becomes the observation when a REHEARSE output has no proper tags."""
 TERMINAL_TOOLS = {"tau2-telecom": frozenset({"done"})}
@@ -234,8 +242,8 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     Returns:
         ``len(tasks) * k`` trajectories, task-major (task 0 rollouts 0..k-1, then task 1 ...).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: use one of {MODES}")
+    if mode not in ROLLOUT_MODES:
+        raise ValueError(f"mode={mode!r}: use one of {ROLLOUT_MODES}")
     if mode == "frozen_simulator" and simulator is None:
         raise ValueError("mode='frozen_simulator' needs simulator= (the frozen initial policy)")
     if mode == "real" and env_factory is None:
@@ -495,7 +503,7 @@ def rollout_stats(trajs: list[Trajectory]) -> dict[str, float]:
     ``rollout/real_calls``, ``stop/<reason>`` (counts).
     """
     out: dict[str, float] = {}
-    for role in ("act", "rehearse"):
+    for role in ROLES:
         outs = [o for t in trajs for o in t.outputs if o.role == role and o.source == "policy"]
         errors = sum(o.parse_kind == "error" for o in outs)
         out.update({f"{role}/outputs": len(outs), f"{role}/tokens": sum(len(o.ids) for o in outs),
@@ -520,7 +528,6 @@ def close_envs(trajs: list[Trajectory]) -> None:
 
 
 __all__ = [
-    "MODES",
     "ChatGlue",
     "Output",
     "Step",

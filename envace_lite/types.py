@@ -7,10 +7,62 @@ beyond small helpers, so that every other module can import them without cycles.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+# ---------------------------------------------------------------------------------------------
+# Enumerations: each is defined once, here, as a Literal; its tuple is derived from it, and the
+# config (``Config.finalize``), the trainer, the rehearsal, the evaluation and the CLI help read
+# the tuple, never a copy of the values.
+# ---------------------------------------------------------------------------------------------
 Role = Literal["act", "rehearse"]
-ROLES: tuple[Role, Role] = ("act", "rehearse")
+"""A policy output's role: ACT (emit a tool call or an answer) or REHEARSE (write the observation
+the call would get); paper §2.1."""
+ROLES: tuple[Role, ...] = get_args(Role)
+
+TrainMode = Literal["shared", "per_role", "act_only", "act_only_real"]
+"""``grpo.mode``: ``shared`` (EnvACE: one policy trained on both roles), ``per_role`` (two copies,
+each trained on its own role), ``act_only`` (only ACT; the frozen initial policy rehearses) or
+``act_only_real`` (only ACT; the real environment answers). Paper Fig. 3."""
+TRAIN_MODES: tuple[TrainMode, ...] = get_args(TrainMode)
+
+RehearsalMode = Literal["none", "parallel", "sequential"]
+"""``rehearsal.mode``: test-time private rehearsal (paper §2.3). ``"none"`` is the one spelling of
+"no rehearsal" in configs, result rows, labels and plots; the Python entry points that also take
+``None`` (``evaluate.evaluate``, ``commit.run_committed``) turn it into ``"none"`` on entry."""
+REHEARSAL_MODES: tuple[RehearsalMode, ...] = get_args(RehearsalMode)
+REHEARSING_MODES: tuple[RehearsalMode, ...] = tuple(m for m in REHEARSAL_MODES if m != "none")
+"""The modes that rehearse: ``("parallel", "sequential")``."""
+
+Aggregation = Literal["output_mean", "token_mean"]
+"""``grpo.aggregation``: how per-token losses become one number, a mean over outputs of token
+means or a token mean."""
+AGGREGATIONS: tuple[Aggregation, ...] = get_args(Aggregation)
+
+RolloutMode = Literal["rehearse", "real", "frozen_simulator"]
+"""The rollout engine's ``mode`` (``Trajectory.mode``): REHEARSE answers the calls, the real
+environment does, or a frozen copy of the initial policy does."""
+ROLLOUT_MODES: tuple[RolloutMode, ...] = get_args(RolloutMode)
+
+Decoding = Literal["greedy", "sample"]
+"""``eval.decoding`` and ``rehearsal.decoding``: how test-time outputs are sampled."""
+DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
+DECODING: dict[Decoding, tuple[float, float]] = {"greedy": (0.0, 1.0), "sample": (0.6, 0.95)}
+"""``(temperature, top_p)`` of each decoding (``sample``: the reference's validation sampling);
+its keys are ``DECODINGS``, in order."""
+
+
+def rehearsal_mode(value: str | None) -> RehearsalMode:
+    """``value`` as a ``RehearsalMode``: the edge conversion of ``None`` (no rehearsal) to
+    ``"none"``.
+
+    Raises:
+        ValueError: anything else outside ``REHEARSAL_MODES``, naming them.
+    """
+    mode = "none" if value is None else value
+    if mode not in REHEARSAL_MODES:
+        raise ValueError(f"rehearsal={value!r}: use one of {list(REHEARSAL_MODES)} "
+                         "(or None for 'none')")
+    return mode  # type: ignore[return-value]
 
 
 @dataclass

@@ -117,3 +117,33 @@ def test_eval_limit_zero_runs_every_task(tmp_path, monkeypatch):
         assert res.exit_code == 0, res.output
         assert ran == expected
         assert json.loads((out / "config.json").read_text())["eval"]["limit"] == int(limit)
+
+
+def test_help_lists_the_choices_from_their_homes():
+    from envace_lite.profiles import PROFILES
+    from envace_lite.types import TRAIN_MODES
+
+    for cmd in ("eval", "fidelity", "train", "warmstart", "experiment", "notebooks"):
+        res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})
+        assert res.exit_code == 0, res.output
+        assert " | ".join(PROFILES) == "smoke | micro | laptop | gpu | scaled | drills"
+        assert " | ".join(PROFILES) in res.output, cmd
+    for cmd in ("train", "experiment"):
+        res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})
+        assert "shared | per_role | act_only | act_only_real" == " | ".join(TRAIN_MODES)
+        assert " | ".join(TRAIN_MODES) in res.output, cmd
+    res = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "240"})
+    assert "none | parallel | sequential" in res.output
+    assert "sample (T=0.6, top-p 0.95)" in res.output
+
+
+def test_command_names_and_their_order():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert list(group.list_commands(None)) == [
+        "eval", "fidelity", "check-benchmarks", "train", "warmstart", "experiment", "notebooks",
+        "data", "drills"]
+    assert list(group.commands["drills"].list_commands(None)) == [
+        "generate", "show", "baselines", "report"]
+    assert list(group.commands["data"].list_commands(None)) == ["build", "card"]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from envace_lite.config import PROFILES, Config, apply_overrides, get_config
+from envace_lite.config import Config, ConfigError, apply_overrides, get_config
+from envace_lite.profiles import PROFILES
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -128,3 +129,78 @@ def test_load_tasks_limit_zero_is_all_and_negative_is_refused():
         t.id for t in everything[:2]]
     with pytest.raises(ConfigError, match="limit=-1"):
         load_tasks("bfcl-base", "test", limit=-1)
+
+
+def test_profiles_build_fresh_configs_from_their_data():
+    from envace_lite.profiles import OFFLINE_PROFILES
+
+    assert list(PROFILES) == ["smoke", "micro", "laptop", "gpu", "scaled", "drills"]
+    # offline = every profile whose model is not loaded from the hub
+    assert OFFLINE_PROFILES == ("smoke", "micro", "laptop", "drills")
+    assert [p for p in PROFILES if get_config(p).model.kind != "hub"] == list(OFFLINE_PROFILES)
+    # a built config owns its lists: mutating one leaves the profile and the next build alone
+    first = get_config("micro")
+    first.grpo.suites.append("bfcl-base")
+    first.model.lora_target_modules.clear()
+    again = get_config("micro")
+    assert again.grpo.suites == ["tau2-telecom"] == PROFILES["micro"]["grpo"]["suites"]
+    assert again.model.lora_target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    # drills: micro's model with two changes, micro's run group, its own rollout/grpo/eval/
+    # warmstart groups (fields they do not name are the dataclass defaults, not micro's)
+    d, m = get_config("drills"), get_config("micro")
+    assert (d.model.hidden_size, d.model.vocab_size, d.model.context_window,
+            d.model.split_digits) == (256, 4096, 1536, True)
+    assert (m.model.context_window, m.model.split_digits) == (1024, False)
+    assert d.run.progress is False and d.grpo.suites == ["tau2-retail-drills"]
+    assert (d.warmstart.sft_share, d.warmstart.rl_overlap, m.warmstart.rl_overlap) == (
+        0.012, False, True)
+    # 1,408 = min(rollout.max_prompt_tokens 1408, context 1536 - act cap 48 = 1488)
+    assert d.rollout.max_prompt_tokens == 1408
+    # the profile value is kept as written: laptop's epochs=1 is an int in config.json
+    assert get_config("laptop").to_dict()["warmstart"]["epochs"] == 1
+    assert isinstance(get_config("laptop").to_dict()["warmstart"]["epochs"], int)
+
+
+def test_enumerations_have_one_home():
+    import typing
+
+    from envace_lite.config import field_type, literal_fields, parse_overrides
+    from envace_lite.types import (
+        DECODING,
+        DECODINGS,
+        REHEARSAL_MODES,
+        REHEARSING_MODES,
+        TRAIN_MODES,
+        Decoding,
+        RehearsalMode,
+        TrainMode,
+        rehearsal_mode,
+    )
+
+    assert TRAIN_MODES == ("shared", "per_role", "act_only", "act_only_real")
+    assert REHEARSAL_MODES == ("none", "parallel", "sequential")
+    assert REHEARSING_MODES == ("parallel", "sequential")
+    assert tuple(DECODING) == DECODINGS == ("greedy", "sample")
+    assert (field_type("grpo.mode"), field_type("rehearsal.mode")) == (TrainMode, RehearsalMode)
+    assert field_type("eval.decoding") == field_type("rehearsal.decoding") == Decoding
+    assert len(literal_fields()) == 14 and "grpo.judge" in literal_fields()
+    # every value of the home is accepted, and a value outside it is refused in both places
+    # (overrides at parse time, finalize for a field set by hand), with the same message
+    for mode in TRAIN_MODES:
+        assert get_config("smoke", {"grpo.mode": mode}).grpo.mode == mode
+    msg = "grpo.mode='both': expected one of ['act_only', 'act_only_real', 'per_role', 'shared']"
+    with pytest.raises(ConfigError) as err:
+        parse_overrides(["grpo.mode=both"])
+    assert str(err.value) == msg
+    cfg = get_config("smoke")
+    cfg.grpo.mode = "both"
+    with pytest.raises(ConfigError) as err:
+        cfg.finalize()
+    assert str(err.value) == msg
+    for key in literal_fields():
+        tp = field_type(key)
+        assert typing.get_origin(tp) is typing.Literal
+    # "none" is the one spelling of no rehearsal; None converts to it at the Python edges
+    assert [rehearsal_mode(v) for v in (None, "none", "parallel")] == ["none", "none", "parallel"]
+    with pytest.raises(ValueError, match="rehearsal='both'"):
+        rehearsal_mode("both")
