@@ -21,8 +21,8 @@ from test_notebooks import load, run_cells, tagged
 
 from envace_lite import notebooks as nbs
 from envace_lite.course import reference_results
-from envace_lite.tables import summarize
 from envace_lite.stats import paired_bootstrap
+from envace_lite.tables import summarize
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "06_evaluation_and_figures.ipynb"
 Z = 1.959963984540054  # the 97.5 % normal quantile

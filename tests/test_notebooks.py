@@ -28,8 +28,8 @@ from papermill.translators import PythonTranslator
 from envace_lite import course
 from envace_lite import notebooks as nbs
 from envace_lite.advantages import rolewise_advantages
-from envace_lite.tables import ci95, summarize
 from envace_lite.fidelity import aggregate, pair_metrics
+from envace_lite.tables import ci95, summarize
 
 NOTEBOOKS = nbs.discover()
 SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",

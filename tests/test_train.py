@@ -19,14 +19,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+# the scripted two-rollout policy is shared with the torchrun worker of tests/test_scaled.py
+from scaled_worker import scripted_policy
+
 from envace_lite.config import get_config
 from envace_lite.data import load_tasks
 from envace_lite.grpo import REHEARSE_WEIGHTS
 from envace_lite.models import load_policy, qwen3_tokenizer
 from envace_lite.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
-
-# the scripted two-rollout policy is shared with the torchrun worker of tests/test_scaled.py
-from scaled_worker import scripted_policy
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64}
