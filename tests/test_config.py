@@ -149,11 +149,12 @@ def test_profiles_build_fresh_configs_from_their_data():
     # warmstart groups (fields they do not name are the dataclass defaults, not micro's)
     d, m = get_config("drills"), get_config("micro")
     assert (d.model.hidden_size, d.model.vocab_size, d.model.context_window,
-            d.model.split_digits) == (256, 4096, 1536, True)
+            d.model.split_digits, d.model.pretrain) == (256, 4096, 1536, True, "copy")
+    assert (d.warmstart.epochs, d.grpo.steps) == (6, 12)
     assert (m.model.context_window, m.model.split_digits) == (1024, False)
     assert d.run.progress is False and d.grpo.suites == ["tau2-retail-drills"]
     assert (d.warmstart.sft_share, d.warmstart.rl_overlap, m.warmstart.rl_overlap) == (
-        0.012, False, True)
+        0.08, False, True)
     # 1,408 = min(rollout.max_prompt_tokens 1408, context 1536 - act cap 48 = 1488)
     assert d.rollout.max_prompt_tokens == 1408
     # the profile value is kept as written: laptop's epochs=1 is an int in config.json
