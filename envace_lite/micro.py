@@ -238,6 +238,16 @@ def pretrain_corpus(domain: str) -> list[str]:
     return docs
 
 
+def _step(model: Any, opt: Any, sched: Any, loss: torch.Tensor) -> float:
+    """One optimizer step of a base training (gradient clip 1.0); returns the loss."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+
 # ---------------------------------------------------------------------------------------------
 # The copy warm-up (model.pretrain="copy"): entity-free samples that teach in-context copying
 # ---------------------------------------------------------------------------------------------
@@ -386,12 +396,7 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
             ids[i, :len(p) + len(a)] = torch.tensor(p + a)
             labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
         loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        losses.append(_step(model, opt, sched, loss))
         if step % 50 == 0:
             log.info("copy warm-up step %d/%d loss %.3f", step, m.pretrain_steps, losses[-1])
     model.eval()
@@ -464,12 +469,7 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
             idx = order[:batch]
         x = blocks[idx]
         loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        losses.append(_step(model, opt, sched, loss))
         if step % 50 == 0:
             log.info("pretrain %s step %d/%d loss %.3f", m.pretrain, step, steps, losses[-1])
     model.eval()

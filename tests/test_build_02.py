@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_notebooks import load, run_cells, tagged
+from test_notebooks import exec_build_cells
 
 from envace_lite import notebooks as nbs
 from envace_lite import protocol
@@ -44,10 +44,7 @@ def built():
                       "train")
     model, tok = load_policy(cfg)
     ns = {"task": task, "model": model, "tok": tok, "greedy": greedy, "seed": 0}
-    cells = tagged(load(NOTEBOOK), "build")
-    assert len(cells) >= 6
-    run_cells([c.source for c in cells], ns)
-    return ns
+    return exec_build_cells(NOTEBOOK, ns, at_least=6)
 
 
 def same(mine: dict, traj) -> None:

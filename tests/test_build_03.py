@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from test_notebooks import load, run_cells, tagged
+from test_notebooks import exec_build_cells, load
 
 from envace_lite import notebooks as nbs
 from envace_lite.advantages import flatten_outputs, rolewise_advantages
@@ -38,10 +38,7 @@ def run_build_cells(trajs: list[Trajectory], singleton: str = "self") -> dict:
     cfg = get_config("smoke")
     cfg.grpo.singleton_baseline = singleton
     ns = {"trajs": trajs, "cfg": cfg, "pd": pd}
-    cells = tagged(load(NOTEBOOK), "build")
-    assert len(cells) >= 5
-    run_cells([c.source for c in cells], ns)
-    return ns
+    return exec_build_cells(NOTEBOOK, ns, at_least=5)
 
 
 # (trajectories, singleton, expected A per output in flatten order, expected plain A per trajectory)

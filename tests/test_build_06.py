@@ -17,7 +17,7 @@ import random
 
 import pandas as pd
 import pytest
-from test_notebooks import load, run_cells, tagged
+from test_notebooks import exec_build_cells, load
 
 from envace_lite import notebooks as nbs
 from envace_lite.course import reference_results
@@ -35,10 +35,7 @@ def row(task: str, k: int, reward: float, suite: str = "tau2-telecom") -> dict:
 def run_build_cells(configs: dict, before: dict | None = None, after: dict | None = None) -> dict:
     ns = {"configs": configs, "before": {"t": 0.0} if before is None else before,
           "after": {"t": 0.0} if after is None else after, "pd": pd}
-    cells = tagged(load(NOTEBOOK), "build")
-    assert len(cells) >= 6
-    run_cells([c.source for c in cells], ns)
-    return ns
+    return exec_build_cells(NOTEBOOK, ns, at_least=6)
 
 
 # name -> (rows, {suite: (Avg@k, pass rate per repeat, CI or None)}, {benchmark: Avg.}, Overall)

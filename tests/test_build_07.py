@@ -15,7 +15,7 @@ import json
 
 import pandas as pd
 import pytest
-from test_notebooks import load, run_cells, tagged
+from test_notebooks import exec_build_cells, load, run_cells, tagged
 
 from envace_lite import notebooks as nbs
 from envace_lite.fidelity import aggregate, fields, pair_metrics
@@ -32,10 +32,7 @@ REAL = {"bare": Observation("Error: Order not found", error=True),
 def run_build_cells(candidates, real) -> dict:
     ns = {"candidates": candidates, "real": real, "pd": pd, "json": json,
           "display": lambda *a, **k: None}
-    cells = tagged(load(NOTEBOOK), "build")
-    assert len(cells) >= 5
-    run_cells([c.source for c in cells], ns)
-    return ns
+    return exec_build_cells(NOTEBOOK, ns, at_least=5)
 
 
 def fig7_candidates():

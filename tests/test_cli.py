@@ -86,32 +86,15 @@ def test_negative_limit_is_one_line_exit_2_before_anything(tmp_path, monkeypatch
 
 
 def test_eval_limit_zero_runs_every_task(tmp_path, monkeypatch):
+    from test_reliability import script_committed
+
     from envace_lite import evaluate as ev
-
-    class Env:
-        def reset(self):
-            return [{"role": "user", "content": "hi"}]
-
-    ran = []
-
-    def fake_run(gen, tok, episodes, cfg, on_row, **kw):
-        rows = []
-        for e in episodes:
-            ran.append(e.task_id)
-            rows.append({"suite": e.suite, "task_id": e.task_id, "repeat": e.repeat,
-                         "rehearsal": "none", "n": 0, "reward": 1.0})
-            on_row(rows[-1])
-        return rows
-
-    monkeypatch.setattr(ev, "list_tasks", lambda suite, split: ["t0", "t1", "t2"])
-    monkeypatch.setattr(ev, "make_env", lambda suite, tid, **kw: Env())
-    monkeypatch.setattr(ev, "run_committed", fake_run)
-    monkeypatch.setattr(ev, "as_policy", lambda *a, **k: ev.Policy(None, None, "fake"))
     from envace_lite import tables
 
+    ran = script_committed(monkeypatch, ["t0", "t1", "t2"])
+    monkeypatch.setattr(ev, "as_policy", lambda *a, **k: ev.Policy(None, None, "fake"))
     for name in ("write_summary", "format_table", "summarize_runs", "table3", "usage_table"):
         monkeypatch.setattr(tables, name, lambda *a, **k: "")
-    monkeypatch.setattr(ev, "write_summary", lambda *a, **k: "")
     for limit, expected in (("0", ["t0", "t1", "t2"]), ("2", ["t0", "t1"])):
         ran.clear()
         out = tmp_path / f"limit{limit}"

@@ -49,6 +49,15 @@ def tagged(nb, tag: str) -> list:
     return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
 
 
+def exec_build_cells(path: Path, ns: dict, at_least: int) -> dict:
+    """Exec the ``build`` cells of the notebook at ``path`` (at least ``at_least`` of them) in
+    ``ns``, in order; return ``ns``."""
+    cells = tagged(load(path), "build")
+    assert len(cells) >= at_least
+    run_cells([c.source for c in cells], ns)
+    return ns
+
+
 def run_cells(sources: list[str], ns: dict | None = None) -> str:
     """Exec code cells in one namespace; return what they printed."""
     ns = {} if ns is None else ns

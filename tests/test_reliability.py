@@ -268,14 +268,16 @@ def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
     assert not (tmp_path / "results.jsonl").exists()
 
 
-def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
+def script_committed(monkeypatch, task_ids: list[str]) -> list[str]:
+    """Replace ``evaluate``'s task list, envs and committed execution with a script: every
+    episode scores 1.0 without a model. Returns the list that records each task run, in order."""
     from envace_lite import evaluate as ev
 
     class Env:
         def reset(self):
             return [{"role": "user", "content": "hi"}]
 
-    ran = []
+    ran: list[str] = []
 
     def fake_run(gen, tok, episodes, cfg, on_row, **kw):
         rows = []
@@ -286,10 +288,17 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
             on_row(rows[-1])
         return rows
 
-    monkeypatch.setattr(ev, "list_tasks", lambda suite, split: ["t0", "t1"])
+    monkeypatch.setattr(ev, "list_tasks", lambda suite, split: list(task_ids))
     monkeypatch.setattr(ev, "make_env", lambda suite, tid, **kw: Env())
     monkeypatch.setattr(ev, "run_committed", fake_run)
-    monkeypatch.setattr(ev, "write_summary", lambda out, rows: None)
+    monkeypatch.setattr(ev, "write_summary", lambda *a, **k: None)
+    return ran
+
+
+def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
+    from envace_lite import evaluate as ev
+
+    ran = script_committed(monkeypatch, ["t0", "t1"])
     pol = ev.Policy(None, None, "fake")
     ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, repeats=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
