@@ -43,7 +43,7 @@ run: setup
 	$(VENV)/bin/envace-lite notebooks --profile $(PROFILE)
 
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # every tier that runs on CPU, including the hand-run real-model tests
 test-all: setup

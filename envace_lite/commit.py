@@ -196,13 +196,26 @@ class Episode:
         return not self.stop_reason
 
 
-def apply_rehearsal(ep: Episode, rec: TurnRehearsal) -> None:
+def apply_rehearsal(ep: Episode, rec: TurnRehearsal, placement: str = "message") -> None:
     """Apply one user turn's rehearsal record to its episode (``rehearsal.rehearse_turns``).
 
-    Appends m_x to the history as one user-role memory message (none when the memory is empty,
-    so the committed prompt is then exactly the no-rehearsal prompt), keeps the record, and adds
-    its counts to the episode's counters (the row's keys).
+    Inserts m_x (nothing when the memory is empty, so the committed prompt is then exactly the
+    no-rehearsal prompt), keeps the record, and adds its counts to the episode's counters (the
+    row's keys).
+
+    Args:
+        placement: ``message``: m_x joins the history as one user-role memory message (paper
+            §2.3). ``ticket`` (beyond the paper, ``rehearsal.memory_placement``): the memory
+            message's text is appended, after a blank line, to the request it was rehearsed
+            for: the last user message of the history, or of the initial messages when the
+            history holds none. The message is replaced by a copy, so the task's own messages
+            are never changed.
+
+    Raises:
+        ValueError: an unknown ``placement``.
     """
+    if placement not in ("message", "ticket"):
+        raise ValueError(f"memory placement {placement!r}: use 'message' or 'ticket'")
     mem = rec.memory
     ep.rehearsals.append(rec)
     ep.rehearsal_real_calls += rec.real_calls
@@ -215,8 +228,24 @@ def apply_rehearsal(ep: Episode, rec: TurnRehearsal) -> None:
     ep.truncated_memories += int(mem.truncated)
     ep.memories.append(mem.text)
     if not mem.empty:
-        ep.history.append(prompts.memory_message(mem.text))
+        message = prompts.memory_message(mem.text)
+        if placement == "message" or not _append_to_request(ep, message["content"]):
+            ep.history.append(message)
     ep.needs_rehearsal = False
+
+
+def _append_to_request(ep: Episode, text: str) -> bool:
+    """Append ``text`` to the last user message (history first, then the initial messages), on a
+    copy of the message and its list; False when there is no user message."""
+    for owner in ("history", "messages"):
+        msgs = getattr(ep, owner)
+        for i in range(len(msgs) - 1, -1, -1):
+            if msgs[i].get("role") == "user" and isinstance(msgs[i].get("content"), str):
+                new = list(msgs)
+                new[i] = {**msgs[i], "content": f"{msgs[i]['content']}\n\n{text}"}
+                setattr(ep, owner, new)
+                return True
+    return False
 
 
 def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Observation]:
@@ -330,7 +359,7 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
                     len(todo), exc)
     else:
         for ep, rec in zip(todo, records):
-            apply_rehearsal(ep, rec)
+            apply_rehearsal(ep, rec, cfg.rehearsal.memory_placement)
         return
     for ep in todo:
         try:
@@ -340,7 +369,7 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
         except Exception as exc:  # noqa: BLE001
             _fail(ep, "rehearsal", exc)
         else:
-            apply_rehearsal(ep, rec)
+            apply_rehearsal(ep, rec, cfg.rehearsal.memory_placement)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -250,6 +250,14 @@ class RehearsalConfig:
     """Replaces ``prompts.FEEDBACK_SYSTEM`` when not ""."""
     memory_system: str = ""
     """Replaces ``prompts.MEMORY_SYSTEM`` when not "" (``{max_tokens}`` is filled in)."""
+    memory_source: Literal["policy", "calls"] = "policy"
+    """Who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or ``calls`` (beyond the paper:
+    a rule-built memory made of the best attempt's own ACT outputs, ``rehearsal.calls_memory``),
+    for a policy that never trained on a MEMORY prompt."""
+    memory_placement: Literal["message", "ticket"] = "message"
+    """Where m_x goes: ``message`` (its own user-role message after the request, paper §2.3) or
+    ``ticket`` (beyond the paper: appended to the request's own user message, so the committed
+    prompt keeps the shape the policy trained on; ``commit.apply_rehearsal``)."""
 
 
 @dataclass

@@ -40,6 +40,12 @@ change raises.
 - a memory over ``memory_max_tokens`` tokens is cut to its first ``memory_max_tokens`` tokens
   (``truncated_memories``).
 
+**Options beyond the paper** (docs/rehearsal.md, "A memory closer to the ACT history"):
+``rehearsal.memory_source="calls"`` builds m_x by rule from the best attempt's own ACT outputs
+(``calls_memory``) instead of the MEMORY prompt; ``rehearsal.memory_placement="ticket"``
+appends m_x to the request's own user message instead of a message of its own
+(``commit.apply_rehearsal``).
+
 Usage::
 
     from envace_lite.commit import Episode, run_committed
@@ -422,10 +428,58 @@ def _fit_context_chars(ep: Episode, attempts: list[Attempt], tokenizer: Any,
         chars = max(MIN_ATTEMPT_CHARS, chars // 2)
 
 
+CALLS_MEMORY_HEADER = "Calls that worked in rehearsal:"
+"""The first line of a rule-built memory (``calls_memory``)."""
+
+
+def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Memory:
+    """m_x built by rule from the attempts' own ACT outputs (``rehearsal.memory_source="calls"``).
+
+    Beyond the paper (§2.3 has the policy write m_x from a MEMORY prompt): a small policy that
+    never trained on the MEMORY prompt writes fragments, so this memory is made of text the
+    policy itself wrote in its ACT history. The best attempt is the one with the fewest imagined
+    error observations, then the most tool calls, then the earliest. Its ACT outputs whose every
+    imagined observation is not an error are kept verbatim, one per line, after
+    ``CALLS_MEMORY_HEADER``. Final answers are left out (their facts are imagined).
+
+    Args:
+        attempts: the N attempts of one user turn (N >= 0).
+        tokenizer: counts and cuts the memory to ``max_tokens`` tokens.
+        max_tokens: the memory's token budget (``rehearsal.memory_max_tokens``).
+
+    Returns:
+        The ``Memory``; empty (so no memory is inserted) when no attempt made a call that its
+        REHEARSE answered without an error.
+    """
+    def score(a: Attempt) -> tuple[int, int, int]:
+        errors = sum(st.observation.error for st in a.trajectory.steps)
+        return (errors, -len(a.trajectory.steps), a.index)
+
+    lines: list[str] = []
+    if attempts:
+        best = min(attempts, key=score)
+        by_turn: dict[int, list[bool]] = {}
+        for st in best.trajectory.steps:
+            by_turn.setdefault(st.turn, []).append(st.observation.error)
+        acts = [o for o in best.trajectory.outputs if o.role == "act"]
+        lines = [acts[turn].text.strip() for turn, errs in sorted(by_turn.items())
+                 if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
+    if not lines:
+        return Memory("", "", 0, parsed=True, empty=True)
+    text = "\n".join([CALLS_MEMORY_HEADER, *lines])
+    return parse_memory(f"{prompts.MEMORY_OPEN}{text}{prompts.MEMORY_CLOSE}", tokenizer, max_tokens)
+
+
 def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Generator,
                     tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
-    """One MEMORY generate call for every episode; sets ``rec.memory``."""
+    """Sets ``rec.memory``: one MEMORY generate call for every episode, or the rule-built
+    ``calls_memory`` when ``rehearsal.memory_source`` is ``calls``."""
     rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
+    if rc.memory_source == "calls":
+        for rec in recs:
+            rec.memory, rec.memory_output_tokens = (
+                calls_memory(rec.attempts, tokenizer, rc.memory_max_tokens), 0)
+        return
     prompt_ids = []
     for ep, rec in zip(episodes, recs):
         history = _plain(ep)
@@ -443,12 +497,14 @@ def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Gen
 
 
 __all__ = [
+    "CALLS_MEMORY_HEADER",
     "Attempt",
     "Episode",
     "Feedback",
     "Memory",
     "RehearsalExecuted",
     "TurnRehearsal",
+    "calls_memory",
     "imagined_task",
     "parse_feedback",
     "parse_memory",

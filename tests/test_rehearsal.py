@@ -372,3 +372,96 @@ def _telecom():
     from envace_lite.envs import list_tasks
 
     return list_tasks("tau2-telecom", "test")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options beyond the paper: the rule-built memory and its placement in the request
+# ---------------------------------------------------------------------------------------------
+
+def _attempt(index, calls):
+    """An Attempt whose ACT turn t made the calls ``calls[t]``: (text, [imagined error?])."""
+    from types import SimpleNamespace as NS
+
+    from envace_lite.rehearsal import Attempt
+    outputs, steps = [], []
+    for turn, (text, errors) in enumerate(calls):
+        outputs.append(NS(role="act", text=text))
+        for err in errors:
+            outputs.append(NS(role="rehearse", text="{}"))
+            steps.append(NS(turn=turn, observation=Observation("x", error=err)))
+    return Attempt(index, NS(outputs=outputs, steps=steps), [])
+
+
+def test_calls_memory_keeps_the_best_attempts_working_calls(tok):
+    from envace_lite.rehearsal import CALLS_MEMORY_HEADER, calls_memory
+    a1 = _attempt(1, [("CALL-A1", [True]), ("CALL-B1", [False]), ("The end.", [])])
+    a2 = _attempt(2, [("CALL-A2", [False]), ("CALL-B2", [False, False])])
+    a3 = _attempt(3, [("CALL-A3", [False]), ("CALL-B3", [False])])
+    m = calls_memory([a1, a2, a3], tok, 64)
+    # a1 has an imagined error; a2 and a3 have none, and tie on 3 vs 2 calls: a2 has more
+    assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-A2\nCALL-B2"
+    assert (m.empty, m.truncated) == (False, False)
+    assert m.tokens == len(tok.encode(m.text, add_special_tokens=False))
+    # a tie on errors and calls goes to the earliest attempt; a failed call is left out
+    m = calls_memory([a3, _attempt(4, [("CALL-A4", [False]), ("CALL-B4", [False])])], tok, 64)
+    assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-A3\nCALL-B3"
+    assert calls_memory([a1], tok, 64).text == f"{CALLS_MEMORY_HEADER}\nCALL-B1"
+    # nothing worked, or no attempt: an empty memory (no memory is inserted)
+    assert calls_memory([_attempt(1, [("CALL", [True])])], tok, 64).empty
+    assert calls_memory([_attempt(1, [("Just text.", [])])], tok, 64).empty
+    assert calls_memory([], tok, 64).empty
+    long = _attempt(1, [(" ".join(f"w{i}" for i in range(80)), [False])])
+    m = calls_memory([long], tok, 10)
+    assert m.truncated and 0 < m.tokens <= 10 and m.text.startswith(CALLS_MEMORY_HEADER[:5])
+
+
+def test_calls_memory_reaches_the_committed_act_without_a_memory_prompt(tok):
+    ep = episode(*BFCL)
+    reh = Rehearser(tok)
+    act = actor(tok)
+    cfg = cfg_(**{"eval.max_turns": 1, "rehearsal.memory_source": "calls"})
+    (row,) = run_committed(act, tok, [ep], cfg, rehearsal="parallel", n=2,
+                           rehearsal_generator=ScriptedGenerator(reh, tok))
+    assert reh.memories == 0 and not any(role == "memory" for role, _, _ in reh.prompts)
+    first = decode(tok, act.calls[0][1][0])
+    call1 = protocol.assistant_text([ToolCall("mkdir", {"dir_name": "attempt_1"})]).strip()
+    assert prompts.memory_message(
+        f"{rehearsal_header()}\n{call1}")["content"] in first  # both attempts tie: the first
+    assert "attempt_2" not in first
+    assert row["memory_tokens"] > 0 and row["empty_memories"] == 0
+
+
+def rehearsal_header():
+    from envace_lite.rehearsal import CALLS_MEMORY_HEADER
+    return CALLS_MEMORY_HEADER
+
+
+def test_ticket_placement_appends_the_memory_to_the_request(tok):
+    plain = episode(*BFCL)
+    ref = actor(tok)
+    run_committed(ref, tok, [plain], cfg_(**{"eval.max_turns": 1}), rehearsal="parallel", n=2,
+                  rehearsal_generator=ScriptedGenerator(Rehearser(tok), tok))
+    ep = episode(*BFCL, gate=True)
+    task_messages = [dict(m) for m in ep.messages]
+    original = ep.messages
+    act = actor(tok)
+    cfg = cfg_(**{"eval.max_turns": 1, "rehearsal.memory_placement": "ticket"})
+    run_committed(act, tok, [ep], cfg, rehearsal="parallel", n=2,
+                  rehearsal_generator=ScriptedGenerator(Rehearser(tok), tok))
+    as_message, in_ticket = decode(tok, ref.calls[0][1][0]), decode(tok, act.calls[0][1][0])
+    memory = prompts.memory_message("MEMORY-TEXT-42")["content"]
+    question = ep.env.entry["question"][0][0]["content"]
+    # one user message fewer: the memory is in the request's own message, after a blank line
+    assert as_message.count("<|im_start|>user") == in_ticket.count("<|im_start|>user") + 1
+    assert f"{question}\n\n{memory}" in in_ticket
+    assert original == task_messages  # the episode's messages were replaced, never changed
+    assert not any("MEMORY-TEXT-42" in seen for seen in ep.gate._seen)  # the gate never reads m_x
+    assert ep.history[0]["role"] == "assistant"
+
+
+def test_apply_rehearsal_rejects_an_unknown_placement(tok):
+    from envace_lite.commit import apply_rehearsal
+    from envace_lite.rehearsal import Memory, TurnRehearsal
+    rec = TurnRehearsal(0, "parallel", memory=Memory("m", tokens=1))
+    with pytest.raises(ValueError, match="'message' or 'ticket'"):
+        apply_rehearsal(episode(*BFCL), rec, "system")
