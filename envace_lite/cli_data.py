@@ -208,6 +208,34 @@ def drills_report(
                    f"{100 * v['hi']:+.1f}]")
 
 
+@drills_app.command("sweep")
+@drill_errors
+def drills_sweep(
+    baseline: str = typer.Option(..., help="the N = 0 eval folder (envace-lite eval --rehearsal none)"),
+    run: list[str] = typer.Option(..., help="rehearsal eval folder(s) on the same policy and tasks"),
+    out: str = typer.Option("", help="write sweep.json here"),
+) -> None:
+    """Private rehearsal on the drills: success and failed real calls vs N = 0, paired CIs."""
+    from pathlib import Path
+
+    from envace_lite.drill_report import sweep
+
+    table = sweep(baseline, run)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "sweep.json").write_text(json.dumps(table, indent=1) + "\n")
+    for name, v in table.items():
+        d, f = v["vs_n0"], v["failed_real_calls_vs_n0"]
+        change = v["failed_real_calls_change"]
+        typer.echo(f"{name}: success {100 * v['success']['mean']:.1f} % "
+                   f"({100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}] vs N = 0); "
+                   f"failed real calls / episode {v['failed_real_calls_per_episode']:.2f} "
+                   f"({f['diff']:+.2f} [{f['lo']:+.2f}, {f['hi']:+.2f}]"
+                   + (f", {100 * change:+.0f} %" if change is not None else "") + "); "
+                   f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
+                   "real call")
+
+
 @data_app.command("build")
 @user_errors
 def data_build(

@@ -13,6 +13,7 @@ Usage::
     from envace_lite.drill_report import report, figure
     rep = report(["runs/drills/shared_s0", "runs/drills/per_role_s0"])
     figure(rep, "effect.png")
+    table = sweep("runs/drills/sweep_none_n0", ["runs/drills/sweep_parallel_n2"])
 """
 from __future__ import annotations
 
@@ -88,6 +89,67 @@ def report(folders: list[str | Path]) -> dict[str, Any]:
     return out
 
 
+def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
+    """A private-rehearsal sweep on the drills: each eval folder against the N = 0 folder.
+
+    Reads each folder's ``results.jsonl`` (``evaluate``'s rows; tasks are paired by suite, task
+    and repeat). The rehearsal acceptance of the drills (paper Table 3, Fig. 6): committed
+    success beats N = 0, or failed real calls per episode (real calls the environment answered
+    with an error) drop by at least 30 %.
+
+    Args:
+        baseline: the N = 0 (no rehearsal) eval folder.
+        folders: the rehearsal eval folders (the baseline may be among them).
+
+    Returns:
+        ``{name: {"rehearsal", "n", "tasks", "success" (bootstrap_mean), "vs_n0"
+        (paired_bootstrap of success), "failed_real_calls_per_episode",
+        "failed_real_calls_vs_n0" (paired_bootstrap of the per-episode count),
+        "failed_real_calls_change" (relative, None when N = 0 had none), "real_calls_per_episode",
+        "episodes_with_real_call", "episodes_with_ok_real_call" (a real call answered without an
+        error), "memory_tokens_per_episode", "empty_memories"}}``, keyed by folder name, the
+        baseline first.
+
+    Raises:
+        FileNotFoundError: a folder has no ``results.jsonl``.
+        ValueError: a folder shares no task with the baseline.
+    """
+    from envace_lite.evaluate import read_rows
+
+    def rows(folder: str | Path) -> list[dict[str, Any]]:
+        path = Path(folder) / "results.jsonl"
+        if not path.exists():
+            raise FileNotFoundError(f"{folder}: no results.jsonl (did the eval run?)")
+        return read_rows(path)
+
+    def key(r: dict[str, Any]) -> str:
+        return f"{r['suite']}|{r['task_id']}|{r['repeat']}"
+
+    base = rows(baseline)
+    s0 = {key(r): float(r["reward"]) for r in base}
+    f0 = {key(r): float(r["failed_real_calls"]) for r in base}
+    out: dict[str, Any] = {}
+    for folder in [baseline, *[f for f in folders if Path(f) != Path(baseline)]]:
+        rs = rows(folder)
+        s = {key(r): float(r["reward"]) for r in rs}
+        f = {key(r): float(r["failed_real_calls"]) for r in rs}
+        fvs = paired_bootstrap(f0, f)
+        n = len(rs)
+        out[Path(folder).name] = {
+            "rehearsal": rs[0]["rehearsal"], "n": rs[0]["n"], "tasks": n,
+            "success": bootstrap_mean(s), "vs_n0": paired_bootstrap(s0, s),
+            "failed_real_calls_per_episode": sum(f.values()) / n,
+            "failed_real_calls_vs_n0": fvs,
+            "failed_real_calls_change": (fvs["diff"] / fvs["before"] if fvs["before"] else None),
+            "real_calls_per_episode": sum(r["real_calls"] for r in rs) / n,
+            "episodes_with_real_call": sum(r["real_calls"] > 0 for r in rs),
+            "episodes_with_ok_real_call": sum(r["real_calls"] > r["failed_real_calls"]
+                                              for r in rs),
+            "memory_tokens_per_episode": sum(r.get("memory_tokens", 0) for r in rs) / n,
+            "empty_memories": sum(r.get("empty_memories", 0) for r in rs)}
+    return out
+
+
 def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
     """Held-out success after SFT and after RL, per mode and seed, with the paired CI of each gain.
 
@@ -128,4 +190,4 @@ def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
     return path
 
 
-__all__ = ["figure", "load_run", "report"]
+__all__ = ["figure", "load_run", "report", "sweep"]

@@ -1,0 +1,88 @@
+"""The drills report and the rehearsal sweep table, on hand-made folders with hand-computed numbers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from envace_lite.cli import app
+from envace_lite.drill_report import report, sweep
+
+S = "tau2-retail-drills"
+TASKS = ["lookup:W1", "lookup:W2", "cancel:W3", "return:W4"]
+
+
+def _rows(folder, rewards, failed, real, rehearsal="none", n=0):
+    folder.mkdir(parents=True)
+    with open(folder / "results.jsonl", "w") as f:
+        for t, r, fc, rc in zip(TASKS, rewards, failed, real):
+            f.write(json.dumps({"suite": S, "task_id": t, "repeat": 0, "reward": r,
+                                "failed_real_calls": fc, "real_calls": rc, "rehearsal": rehearsal,
+                                "n": n, "memory_tokens": 3 * n, "empty_memories": 0}) + "\n")
+    return folder
+
+
+def test_sweep_pairs_each_rehearsal_run_with_n0(tmp_path):
+    base = _rows(tmp_path / "none_n0", [1, 0, 0, 1], [0, 2, 1, 0], [1, 2, 1, 1])
+    reh = _rows(tmp_path / "parallel_n2", [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0],
+                rehearsal="parallel", n=2)
+    table = sweep(base, [base, reh])
+    assert list(table) == ["none_n0", "parallel_n2"]  # the baseline first, once
+    b, r = table["none_n0"], table["parallel_n2"]
+    assert b["vs_n0"]["diff"] == 0.0 and b["failed_real_calls_change"] == 0.0
+    assert (r["rehearsal"], r["n"], r["tasks"]) == ("parallel", 2, 4)
+    assert r["success"]["mean"] == 0.5 and r["vs_n0"]["diff"] == 0.0  # (0 + 1 + 0 - 1) / 4
+    assert b["failed_real_calls_per_episode"] == 0.75 and r["failed_real_calls_per_episode"] == 0.25
+    assert r["failed_real_calls_vs_n0"]["diff"] == pytest.approx(-0.5)
+    assert r["failed_real_calls_change"] == pytest.approx(-0.5 / 0.75)
+    assert r["real_calls_per_episode"] == 0.75
+    assert (r["episodes_with_real_call"], r["episodes_with_ok_real_call"]) == (3, 2)
+    # N = 0: calls 1, 2, 1, 1 of which failed 0, 2, 1, 0: tasks 1 and 4 had an accepted one
+    assert (b["episodes_with_real_call"], b["episodes_with_ok_real_call"]) == (4, 2)
+    assert r["memory_tokens_per_episode"] == 6.0
+    lo, hi = r["failed_real_calls_vs_n0"]["lo"], r["failed_real_calls_vs_n0"]["hi"]
+    assert lo <= -0.5 <= hi and -2.0 <= lo and hi <= 0.0  # per-task changes are -2, -1, 0, 0
+    # N = 0 without any failed call: the relative change is undefined, not a division by zero
+    clean = _rows(tmp_path / "clean", [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1])
+    assert sweep(clean, [reh])["parallel_n2"]["failed_real_calls_change"] is None
+
+
+def test_sweep_cli_writes_the_table_and_names_a_missing_folder(tmp_path):
+    base = _rows(tmp_path / "none_n0", [1, 0, 0, 1], [0, 2, 1, 0], [1, 2, 1, 1])
+    reh = _rows(tmp_path / "parallel_n2", [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0], "parallel", 2)
+    res = CliRunner().invoke(app, ["drills", "sweep", "--baseline", str(base), "--run", str(reh),
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "parallel_n2: success 50.0 % (+0.0" in res.output and "-67 %" in res.output
+    assert json.loads((tmp_path / "out" / "sweep.json").read_text())["parallel_n2"]["n"] == 2
+    res = CliRunner().invoke(app, ["drills", "sweep", "--baseline", str(base), "--run",
+                                   str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "no results.jsonl" in res.output
+
+
+def _run(folder, mode, sft, final):
+    folder.mkdir(parents=True)
+    pts = [{"stage": st, "step": step, "committed_reward": sum(v) / len(v), "fidelity_exact": 0.0,
+            "per_task": {f"{S}|{t}": x for t, x in zip(TASKS, v)}}
+           for st, step, v in (("before_sft", 0, [0, 0, 0, 0]), ("after_sft", 0, sft),
+                               ("after_envace", 2, final))]
+    (folder / "summary.json").write_text(json.dumps({"mode": mode, "seed": 0, "points": pts}))
+    return folder
+
+
+def test_report_gains_and_the_comparison_with_shared(tmp_path):
+    shared = _run(tmp_path / "shared", "shared", [0, 0, 1, 1], [1, 0, 1, 1])
+    per_role = _run(tmp_path / "per_role", "per_role", [0, 0, 1, 1], [0, 0, 0, 1])
+    rep = report([shared, per_role])
+    a, b = rep["runs"]
+    assert (a["sft"], a["final"], a["gain"]["diff"]) == (0.5, 0.75, 0.25)
+    assert (b["sft"], b["final"], b["gain"]["diff"]) == (0.5, 0.25, -0.25)
+    assert a["curve"] == [(0, 0.5), (2, 0.75)]
+    assert a["fidelity_exact"] == [(0, 0.0), (0, 0.0), (2, 0.0)]
+    assert a["per_tier_final"] == {"cancel": {"tasks": 1, "mean": 1.0},
+                                   "lookup": {"tasks": 2, "mean": 0.5},
+                                   "return": {"tasks": 1, "mean": 1.0}}
+    # per_role - shared, task by task: -1, 0, -1, 0
+    assert rep["vs_shared"]["per_role"]["diff"] == -0.5
+    assert rep["modes"]["shared"]["gain_vs_sft"]["diff"] == 0.25
