@@ -227,7 +227,7 @@ def drills_sweep(
     for name, v in table.items():
         d, f = v["vs_n0"], v["failed_real_calls_vs_n0"]
         change = v["failed_real_calls_change"]
-        typer.echo(f"{name}: success {100 * v['success']['mean']:.1f} % "
+        typer.echo(f"{name}: success {100 * v['success']:.1f} % "
                    f"({100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}] vs N = 0); "
                    f"failed real calls / episode {v['failed_real_calls_per_episode']:.2f} "
                    f"({f['diff']:+.2f} [{f['lo']:+.2f}, {f['hi']:+.2f}]"

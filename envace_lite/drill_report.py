@@ -102,7 +102,8 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         folders: the rehearsal eval folders (the baseline may be among them).
 
     Returns:
-        ``{name: {"rehearsal", "n", "tasks", "success" (bootstrap_mean), "vs_n0"
+        ``{name: {"rehearsal", "n", "tasks", "success" (the mean), "success_ci"
+        (bootstrap_mean), "vs_n0"
         (paired_bootstrap of success), "failed_real_calls_per_episode",
         "failed_real_calls_vs_n0" (paired_bootstrap of the per-episode count),
         "failed_real_calls_change" (relative, None when N = 0 had none), "real_calls_per_episode",
@@ -137,7 +138,8 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         n = len(rs)
         out[Path(folder).name] = {
             "rehearsal": rs[0]["rehearsal"], "n": rs[0]["n"], "tasks": n,
-            "success": bootstrap_mean(s), "vs_n0": paired_bootstrap(s0, s),
+            "success": sum(s.values()) / n, "success_ci": bootstrap_mean(s),
+            "vs_n0": paired_bootstrap(s0, s),
             "failed_real_calls_per_episode": sum(f.values()) / n,
             "failed_real_calls_vs_n0": fvs,
             "failed_real_calls_change": (fvs["diff"] / fvs["before"] if fvs["before"] else None),
