@@ -102,7 +102,8 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         folders: the rehearsal eval folders (the baseline may be among them).
 
     Returns:
-        ``{name: {"rehearsal", "n", "tasks", "success" (the mean), "success_ci"
+        ``{name: {"rehearsal", "n", "tasks", "memory_source", "memory_placement" (from the
+        folder's ``config.json``; the paper's when it has none), "success" (the mean), "success_ci"
         (bootstrap_mean), "vs_n0"
         (paired_bootstrap of success), "failed_real_calls_per_episode",
         "failed_real_calls_vs_n0" (paired_bootstrap of the per-episode count),
@@ -136,8 +137,13 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         f = {key(r): float(r["failed_real_calls"]) for r in rs}
         fvs = paired_bootstrap(f0, f)
         n = len(rs)
+        cfg_path = Path(folder) / "config.json"
+        memory = (json.loads(cfg_path.read_text()).get("rehearsal", {}) if cfg_path.exists()
+                  else {})
         out[Path(folder).name] = {
             "rehearsal": rs[0]["rehearsal"], "n": rs[0]["n"], "tasks": n,
+            "memory_source": memory.get("memory_source", "policy"),
+            "memory_placement": memory.get("memory_placement", "message"),
             "success": sum(s.values()) / n, "success_ci": bootstrap_mean(s),
             "vs_n0": paired_bootstrap(s0, s),
             "failed_real_calls_per_episode": sum(f.values()) / n,

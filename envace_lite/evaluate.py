@@ -103,6 +103,9 @@ def policy_label(spec: Any, cfg: Config) -> str:
 # Runs
 # ---------------------------------------------------------------------------------------------
 
+MEMORY_DEFAULTS = {"rehearsal.memory_source": "policy", "rehearsal.memory_placement": "message"}
+"""The paper's memory: a rehearsal row's ``result_config`` records these keys only when they
+differ from these values."""
 PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy")
 """Result-relevant settings that may differ between the rows of one results folder (a budget
 sweep writes N = 1, 2, 3 of both modes into one); every other key of ``result_config`` must
@@ -116,7 +119,8 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
     Model and checkpoint (the acting policy's label and ``model.*`` that shape its outputs), the
     split, decoding, rendering and prompt/generation limits, the turn limit, the write gate,
     the sampling seed, and the rehearsal mode, N, rehearsing policy and, with rehearsal, its
-    decoding and budgets. Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
+    decoding, budgets and prompts, and the memory options (``rehearsal.memory_source`` and
+    ``memory_placement``, only when they differ from the paper's ``policy`` and ``message``). Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
     and ``eval.repeats`` (how many rows, not what a row holds), progress bars and paths.
 
     Args:
@@ -145,6 +149,12 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
                 "rehearsal.feedback_system": r.feedback_system,
                 "rehearsal.memory_system": r.memory_system,
                 "rollout.max_new_tokens_rehearse": ro.max_new_tokens_rehearse}
+        # the memory options beyond the paper join the record only when set, so rows written
+        # before they existed (the paper's memory) keep their hash; config_differences reads
+        # an absent one as its default
+        out |= {k: v for k, v in (("rehearsal.memory_source", r.memory_source),
+                                  ("rehearsal.memory_placement", r.memory_placement))
+                if v != MEMORY_DEFAULTS[k]}
     return out
 
 
@@ -160,6 +170,11 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ``PER_ROW_KEYS``. The rehearsal settings that only rows with rehearsal record are compared
     when both sides have them (a Non-TTS row and a rehearsal row may share a folder)."""
     only_rehearsal = ("rehearsal.", "rollout.max_new_tokens_rehearse")
+
+    def filled(cfg: dict[str, Any]) -> dict[str, Any]:  # a rehearsal row's absent memory keys
+        return (MEMORY_DEFAULTS | cfg if cfg.get("rehearsal.mode", "none") != "none" else cfg)
+
+    old, new = filled(old), filled(new)
     diffs = []
     for k in dict.fromkeys([*old, *new]):
         if k in PER_ROW_KEYS or ((k not in old or k not in new) and k.startswith(only_rehearsal)):

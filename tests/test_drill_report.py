@@ -32,6 +32,10 @@ def test_sweep_pairs_each_rehearsal_run_with_n0(tmp_path):
     b, r = table["none_n0"], table["parallel_n2"]
     assert b["vs_n0"]["diff"] == 0.0 and b["failed_real_calls_change"] == 0.0
     assert (r["rehearsal"], r["n"], r["tasks"]) == ("parallel", 2, 4)
+    assert (r["memory_source"], r["memory_placement"]) == ("policy", "message")  # no config.json
+    (reh / "config.json").write_text(json.dumps({"rehearsal": {"memory_source": "calls",
+                                                               "memory_placement": "ticket"}}))
+    assert sweep(base, [reh])["parallel_n2"]["memory_source"] == "calls"
     assert r["success"] == r["success_ci"]["mean"] == 0.5 and r["vs_n0"]["diff"] == 0.0  # (0 + 1 + 0 - 1) / 4
     assert b["failed_real_calls_per_episode"] == 0.75 and r["failed_real_calls_per_episode"] == 0.25
     assert r["failed_real_calls_vs_n0"]["diff"] == pytest.approx(-0.5)

@@ -511,6 +511,17 @@ def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     seq = ev.result_config(ev.get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
                            "parallel", 2, 0)
     assert ev.config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
+    # the memory options: recorded only when not the paper's, so older rows keep their hash,
+    # and an absent one reads as its default, so a calls-memory rerun into a folder of
+    # paper-memory rows is a mismatch
+    calls = ev.result_config(ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0,
+                                                     "rehearsal.memory_source": "calls"}),
+                             "p", "p", "parallel", 2, 0)
+    assert "rehearsal.memory_source" not in par and calls["rehearsal.memory_source"] == "calls"
+    assert ev.config_differences(par, calls) == ["rehearsal.memory_source: 'policy' -> 'calls'"]
+    assert ev.config_differences(calls, par) == ["rehearsal.memory_source: 'calls' -> 'policy'"]
+    assert ev.config_hash(par) != ev.config_hash(calls)
+    assert ev.config_differences(base, calls) == []  # Non-TTS rows share any sweep folder
 
 
 def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
