@@ -302,6 +302,16 @@ class WarmStartConfig:
     while the total fits (0: no budget). 250k at about 100 tokens/s is about 45 min on 2 cores."""
     act_share: float = 0.5
     """Share of ``token_budget`` reserved for ACT rows; what they leave goes to REHEARSE rows."""
+    memory_share: float = 0.0
+    """Beyond the paper: this share of the SFT tasks (seeded draw) also gets an ACT transcript
+    whose request carries the rule-built rehearsal memory of its gold calls, as
+    ``rehearsal.memory_source="calls"`` with ``memory_placement="ticket"`` writes it at test time
+    (``transcripts.memory_transcript``), so the policy learns to read a memory. 0: none."""
+    error_rows: bool = False
+    """Beyond the paper: add one REHEARSE row per SFT task whose first gold call names an id with
+    a leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
+    error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
+    seen an error. The environment is not in the RL loop."""
     max_length: int = 2048
     """Rows longer than this are skipped and counted, never truncated."""
     epochs: float = 1.0
@@ -443,6 +453,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "eval.limit": (0, None, "[]"), "eval.repeats": (1, None, "[]"),
     "eval.max_turns": (1, None, "[]"),
     "warmstart.sft_share": (0, 1, "[]"), "warmstart.act_share": (0, 1, "[]"),
+    "warmstart.memory_share": (0, 1, "[]"),
     "warmstart.max_user_turns": (0, None, "[]"), "warmstart.token_budget": (0, None, "[]"),
     "warmstart.max_length": (1, None, "[]"), "warmstart.epochs": (0, None, "(]"),
     "warmstart.max_steps": (0, None, "[]"), "warmstart.learning_rate": (0, None, "(]"),

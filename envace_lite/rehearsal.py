@@ -428,10 +428,6 @@ def _fit_context_chars(ep: Episode, attempts: list[Attempt], tokenizer: Any,
         chars = max(MIN_ATTEMPT_CHARS, chars // 2)
 
 
-CALLS_MEMORY_HEADER = "Calls that worked in rehearsal:"
-"""The first line of a rule-built memory (``calls_memory``)."""
-
-
 def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Memory:
     """m_x built by rule from the attempts' own ACT outputs (``rehearsal.memory_source="calls"``).
 
@@ -440,7 +436,7 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
     policy itself wrote in its ACT history. The best attempt is the one with the fewest imagined
     error observations, then the most tool calls, then the earliest. Its ACT outputs whose every
     imagined observation is not an error are kept verbatim, one per line, after
-    ``CALLS_MEMORY_HEADER``. Final answers are left out (their facts are imagined).
+    ``prompts.CALLS_MEMORY_HEADER``. Final answers are left out (their facts are imagined).
 
     Args:
         attempts: the N attempts of one user turn (N >= 0).
@@ -466,7 +462,7 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
                  if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
     if not lines:
         return Memory("", "", 0, parsed=True, empty=True)
-    text = "\n".join([CALLS_MEMORY_HEADER, *lines])
+    text = "\n".join([prompts.CALLS_MEMORY_HEADER, *lines])
     return parse_memory(f"{prompts.MEMORY_OPEN}{text}{prompts.MEMORY_CLOSE}", tokenizer, max_tokens)
 
 
@@ -497,7 +493,6 @@ def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Gen
 
 
 __all__ = [
-    "CALLS_MEMORY_HEADER",
     "Attempt",
     "Episode",
     "Feedback",

@@ -248,6 +248,79 @@ def task_transcripts(task: Task, cfg: Config, count_tokens: Any,
     return ActTranscript(task.id, task.suite, prompt, outputs, glue), rehearse
 
 
+def memory_transcript(act: ActTranscript, tools: list[dict[str, Any]]) -> ActTranscript | None:
+    """A copy of ``act`` whose request carries the rule-built rehearsal memory of its own calls
+    (``warmstart.memory_share``; beyond the paper).
+
+    The memory is what ``rehearsal.calls_memory`` writes when every gold call of the first user
+    turn worked in rehearsal: ``prompts.CALLS_MEMORY_HEADER`` and the ACT outputs that are calls, before
+    the first one that is not; it is appended to the last user message of the prompt as
+    ``commit.apply_rehearsal(..., "ticket")`` appends it, inside ``prompts.memory_message``.
+
+    Args:
+        act: the task's ACT transcript (``task_transcripts``).
+        tools: the task's tool schemas (to parse the outputs).
+
+    Returns:
+        The new transcript (the same outputs and glue), or None when the first output is not a
+        call (nothing to remember).
+    """
+    from envace_lite import prompts
+
+    calls = []
+    for text in act.outputs:
+        if protocol.parse_act(text, tools).kind != "calls":
+            break
+        calls.append(text.strip())
+    if not calls:
+        return None
+    memory = prompts.memory_message("\n".join([prompts.CALLS_MEMORY_HEADER, *calls]))["content"]
+    prompt = copy.deepcopy(act.prompt)
+    last = max(i for i, m in enumerate(prompt) if m["role"] == "user")
+    prompt[last]["content"] = f"{prompt[last]['content']}\n\n{memory}"
+    return ActTranscript(act.task_id, act.suite, prompt, list(act.outputs),
+                         copy.deepcopy(act.glue))
+
+
+def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> RehearseExample | None:
+    """One REHEARSE row of the paper's Fig. 7 slip (``warmstart.error_rows``; beyond the paper).
+
+    The task's first gold call with every string argument that starts with ``#`` written
+    without it, executed in a fresh real environment of the task; its observation (tau2's real
+    error, e.g. ``Error: Order not found``) is the target. The prompt is the REHEARSE prompt of
+    that call after the request, as ``task_transcripts`` builds it.
+
+    Returns:
+        The row, or None when the first gold call has no ``#`` argument or its slip did not get
+        an error (nothing to learn).
+    """
+    from envace_lite.envs import make_env
+
+    if not task.grounding or not task.grounding[0]:
+        return None
+    first = task.grounding[0][0]["call"]
+    args = {k: (v[1:] if isinstance(v, str) and v.startswith("#") else v)
+            for k, v in first["arguments"].items()}
+    if args == first["arguments"]:
+        return None
+    slip = ToolCall(first["name"], args)
+    env = make_env(task.suite, task.id)
+    env.reset()
+    obs = env.step([slip])[0]
+    if not obs.error:
+        return None
+    rc = cfg.rollout
+    history = [{"role": m["role"], "content": m["content"]}
+               for m in task.messages if m["role"] != "system"]
+    history.append({"role": "assistant", "content": protocol.assistant_text([slip])})
+    flat = [g for turn in task.grounding for g in turn]
+    rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, slip,
+                                    count_tokens, rc.max_prompt_tokens, rc.rendering)
+    return RehearseExample(task.id, task.suite, 0, rp.messages, protocol.rehearsal_text(obs.content),
+                           {"name": slip.name, "arguments": slip.arguments}, obs.to_dict(),
+                           "gold" if gold else "none")
+
+
 def approx_tokens(text: str) -> int:
     """A tokenizer-free count (chars / 3) for trimming before a tokenizer exists."""
     return len(text) // 3 + 1
@@ -272,11 +345,23 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         def count(text: str) -> int:
             return len(tokenizer.encode(text, add_special_tokens=False))
     out = TranscriptSet()
+    w = cfg.warmstart
+    memory_rng = random.Random(f"memory:{cfg.run.seed if seed is None else seed}")
+    memories, slips = 0, []
     for task in tasks:
         gold = rng.random() >= cfg.rollout.grounding_drop_p
         act, rehearse = task_transcripts(task, cfg, count, gold)
         out.act.append(act)
         out.rehearse.extend(rehearse)
+        if w.memory_share and memory_rng.random() < w.memory_share:
+            extra = memory_transcript(act, task.tools)
+            if extra is not None:
+                out.act.append(extra)
+                memories += 1
+        if w.error_rows:
+            ex = slip_example(task, cfg, count, gold)
+            if ex is not None:
+                slips.append(ex)
     out.stats = {
         "tasks": len(tasks),
         "act_outputs": sum(len(a.outputs) for a in out.act),
@@ -285,7 +370,9 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         "gold_call_errors": sum(bool(r.observation.get("error")) for r in out.rehearse),
         "flagged_gold_calls": sum(f.startswith("gold_call_error:") for t in tasks for f in t.flags),
         "suites": sorted({t.suite for t in tasks}),
+        "memory_transcripts": memories, "slip_rows": len(slips),
     }
+    out.rehearse.extend(slips)  # after the counts: gold_call_errors counts the gold's own
     return out
 
 

@@ -15,11 +15,11 @@ TASKS = ["lookup:W1", "lookup:W2", "cancel:W3", "return:W4"]
 
 def _rows(folder, rewards, failed, real, rehearsal="none", n=0):
     folder.mkdir(parents=True)
-    with open(folder / "results.jsonl", "w") as f:
-        for t, r, fc, rc in zip(TASKS, rewards, failed, real):
-            f.write(json.dumps({"suite": S, "task_id": t, "repeat": 0, "reward": r,
-                                "failed_real_calls": fc, "real_calls": rc, "rehearsal": rehearsal,
-                                "n": n, "memory_tokens": 3 * n, "empty_memories": 0}) + "\n")
+    (folder / "results.jsonl").write_text("".join(
+        json.dumps({"suite": S, "task_id": t, "repeat": 0, "reward": r, "failed_real_calls": fc,
+                    "real_calls": rc, "rehearsal": rehearsal, "n": n, "memory_tokens": 3 * n,
+                    "empty_memories": 0}) + "\n"
+        for t, r, fc, rc in zip(TASKS, rewards, failed, real)))
     return folder
 
 

@@ -393,7 +393,8 @@ def _attempt(index, calls):
 
 
 def test_calls_memory_keeps_the_best_attempts_working_calls(tok):
-    from envace_lite.rehearsal import CALLS_MEMORY_HEADER, calls_memory
+    from envace_lite.prompts import CALLS_MEMORY_HEADER
+    from envace_lite.rehearsal import calls_memory
     a1 = _attempt(1, [("CALL-A1", [True]), ("CALL-B1", [False]), ("The end.", [])])
     a2 = _attempt(2, [("CALL-A2", [False]), ("CALL-B2", [False, False])])
     a3 = _attempt(3, [("CALL-A3", [False]), ("CALL-B3", [False])])
@@ -426,14 +427,9 @@ def test_calls_memory_reaches_the_committed_act_without_a_memory_prompt(tok):
     first = decode(tok, act.calls[0][1][0])
     call1 = protocol.assistant_text([ToolCall("mkdir", {"dir_name": "attempt_1"})]).strip()
     assert prompts.memory_message(
-        f"{rehearsal_header()}\n{call1}")["content"] in first  # both attempts tie: the first
+        f"{prompts.CALLS_MEMORY_HEADER}\n{call1}")["content"] in first  # both attempts tie: the first
     assert "attempt_2" not in first
     assert row["memory_tokens"] > 0 and row["empty_memories"] == 0
-
-
-def rehearsal_header():
-    from envace_lite.rehearsal import CALLS_MEMORY_HEADER
-    return CALLS_MEMORY_HEADER
 
 
 def test_ticket_placement_appends_the_memory_to_the_request(tok):

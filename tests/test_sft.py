@@ -27,7 +27,7 @@ from envace_lite.transcripts import (
     training_tasks,
     truncate_user_turns,
 )
-from envace_lite.types import Task
+from envace_lite.types import Task, ToolCall
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +174,63 @@ def test_smoke_warm_start_end_to_end(tmp_path):
     assert row["turns"] == 1
     trainable, _ = load_policy(cfg2, train=True)
     assert trainable.training
+
+
+# ---------------------------------------------------------------------------------------------
+# Beyond the paper: memory transcripts and the Fig. 7 slip rows of the warm start
+# ---------------------------------------------------------------------------------------------
+
+def _drill_tasks(n=None):
+    from envace_lite.transcripts import training_tasks
+    cfg = get_config("drills", {"warmstart.sft_share": 0.08})
+    tasks = training_tasks(cfg, "sft")
+    return cfg, tasks if n is None else tasks[:n]
+
+
+def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
+    from envace_lite import prompts
+    from envace_lite.transcripts import approx_tokens, memory_transcript, task_transcripts
+    cfg, tasks = _drill_tasks()
+    task = next(t for t in tasks if t.id.startswith("lookup:"))
+    order = "#" + task.id.split(":")[1]
+    act, _ = task_transcripts(task, cfg, approx_tokens, True)
+    mem = memory_transcript(act, task.tools)
+    call = protocol.assistant_text([ToolCall("get_order_details", {"order_id": order})])
+    assert act.outputs[0] == call and mem.outputs == act.outputs and mem.glue == act.glue
+    expected = prompts.memory_message(f"{prompts.CALLS_MEMORY_HEADER}\n{call.strip()}")["content"]
+    assert mem.prompt[-1]["content"] == f"{act.prompt[-1]['content']}\n\n{expected}"
+    assert mem.prompt[:-1] == act.prompt[:-1] and expected not in act.prompt[-1]["content"]
+    # an ACT transcript that starts with a text answer has nothing to remember
+    text_only = type(act)(act.task_id, act.suite, act.prompt, ["No call."], [])
+    assert memory_transcript(text_only, task.tools) is None
+
+
+def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
+    from envace_lite.transcripts import approx_tokens, slip_example
+    cfg, tasks = _drill_tasks()
+    task = next(t for t in tasks if t.id.startswith("lookup:"))
+    ex = slip_example(task, cfg, approx_tokens, False)
+    assert ex.call == {"name": "get_order_details", "arguments": {"order_id": task.id.split(":")[1]}}
+    assert ex.observation == {"content": "Error: Order not found", "error": True,
+                              "state_changed": False}
+    assert ex.target == protocol.rehearsal_text("Error: Order not found")
+    assert ex.grounding == "none"
+    # the REHEARSE prompt ends with the slipped call, as the rollout would ask it
+    assert task.id.split(":")[1] in ex.messages[-1]["content"]
+    two_hop = next(t for t in tasks if t.id.startswith("two_hop:"))  # first call: find the user
+    assert slip_example(two_hop, cfg, approx_tokens, True) is None
+
+
+def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
+    from envace_lite.transcripts import build_transcripts
+    cfg, tasks = _drill_tasks(12)
+    plain = build_transcripts(tasks, cfg)
+    cfg.warmstart.memory_share, cfg.warmstart.error_rows = 1.0, True
+    more = build_transcripts(tasks, cfg)
+    calls_first = sum(1 for a in plain.act if a.outputs[0].lstrip().startswith("<tool_call>"))
+    hashed = sum(1 for t in tasks if any(str(v).startswith("#") for v in
+                                         t.grounding[0][0]["call"]["arguments"].values()))
+    assert more.stats["memory_transcripts"] == calls_first == len(more.act) - len(plain.act)
+    assert more.stats["slip_rows"] == hashed == len(more.rehearse) - len(plain.rehearse)
+    assert hashed > 0 and more.stats["gold_call_errors"] == plain.stats["gold_call_errors"]
+    assert more.act[:1] == plain.act[:1]  # the plain transcripts are unchanged and come first
