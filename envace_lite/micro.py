@@ -26,6 +26,7 @@ Usage::
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -121,12 +122,15 @@ def micro_corpus(cfg: Config) -> list[str]:
     """The tokenizer corpus: ChatML texts of the SFT half's transcripts (train split only), plus
     the pretraining documents when ``model.pretrain`` is set.
 
-    The grounding draw uses seed 0 whatever ``run.seed`` is, so every seed of a profile shares
-    one tokenizer.
+    The grounding draw uses seed 0 whatever ``run.seed`` is, and the warm start's extra rows
+    (``warmstart.memory_share``, ``warmstart.error_rows``) are left out, so every seed and every
+    warm-start option of a profile shares one tokenizer (and one copy base).
     """
     from envace_lite.transcripts import build_transcripts, training_tasks
 
-    texts = transcript_texts(build_transcripts(training_tasks(cfg, "sft"), cfg, seed=0))
+    plain = copy.deepcopy(cfg)
+    plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False
+    texts = transcript_texts(build_transcripts(training_tasks(plain, "sft"), plain, seed=0))
     if cfg.model.pretrain not in ("", "copy"):  # domain documents shape the vocabulary too
         texts += pretrain_corpus(cfg.model.pretrain)
     return texts

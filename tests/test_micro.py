@@ -124,3 +124,15 @@ def test_copy_samples_need_copying_and_avoid_forbidden_ids():
     for _, ans in again:
         if ans.startswith("<tool_call>"):
             assert json.loads(ans.split("\n")[1])["arguments"].popitem()[1] not in first
+
+
+def test_warm_start_options_share_the_tokenizer_corpus():
+    """Memory transcripts and slip rows are warm-start rows, not tokenizer text: every option of
+    a profile trains on one tokenizer (and one cached copy base)."""
+    from envace_lite.micro import micro_corpus
+    with_options = get_config("drills", {"warmstart.sft_share": 0.08,
+                                         "warmstart.memory_share": 1.0,
+                                         "warmstart.error_rows": True})
+    plain = micro_corpus(get_config("drills", {"warmstart.sft_share": 0.08}))
+    assert micro_corpus(with_options) == plain and len(plain) > 400
+    assert (with_options.warmstart.memory_share, with_options.warmstart.error_rows) == (1.0, True)
