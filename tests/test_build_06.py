@@ -175,6 +175,29 @@ def test_build_on_the_shipped_drills_gives_the_shipped_numbers():
         (0.0, -0.075, 0.075), abs=1e-9)
 
 
+def test_build_on_the_notebooks_shipped_drills_gives_the_shipped_numbers():
+    """The folder the notebook reads: the copy-warm-up policy, shared s0, after SFT and after 12
+    GRPO steps (45 and 43 of 120 held-out drills)."""
+    drills = reference_results("drills_rl")
+    assert drills is not None
+    run = json.loads((drills.path / "shared_s0_summary.json").read_text())
+    per_task = {p["stage"]: p["per_task"] for p in run["points"]}
+    configs = {stage: [{"suite": k.split("|")[0], "task_id": k.split("|")[1], "repeat": 0,
+                        "reward": v} for k, v in per_task[stage].items()]
+               for stage in ("after_sft", "after_envace")}
+    ns = run_build_cells(configs, per_task["after_sft"], per_task["after_envace"])
+    key = ("after_envace", "tau2-retail-drills")
+    assert ns["avg_at_k"][key] == pytest.approx(43 / 120)
+    half = Z * math.sqrt(43 * 77 / (120 * 119)) / math.sqrt(120)  # s² = T p (1 - p) / (T - 1)
+    assert ns["ci"][key] == pytest.approx((43 / 120 - half, 43 / 120 + half), abs=1e-9)
+    # the gain: 2 drills fewer of 120, and the shipped report's paired CI [-8/120, +4/120]
+    assert (ns["gain"]["diff"], ns["gain"]["lo"], ns["gain"]["hi"]) == pytest.approx(
+        (-2 / 120, -8 / 120, 4 / 120), abs=1e-9)
+    shipped = json.loads((drills.path / "report.json").read_text())["runs"][0]
+    assert (shipped["mode"], shipped["seed"]) == ("shared", 0)
+    assert shipped["gain"]["diff"] == pytest.approx(ns["gain"]["diff"], abs=1e-12)
+
+
 def test_build_cells_come_before_the_package_functions():
     cells = [c for c in load(NOTEBOOK).cells if c.cell_type == "code"]
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells]
