@@ -138,7 +138,8 @@ class Episode:
     Attributes:
         suite, task_id, repeat: what is run.
         env: the real adapter, already ``reset``.
-        messages: ``env.reset()``'s messages (system first).
+        messages: ``env.reset()``'s messages (system first); with
+            ``rehearsal.memory_placement="ticket"``, a copy whose request also holds m_x.
         history: later messages: ACT replies, tool responses, user turns, memory messages.
         gate: a ``WriteGate`` when the gate is on.
         events: what reached the env, for replays (fidelity audit): ``{"kind": "step", "calls",
@@ -235,16 +236,32 @@ def apply_rehearsal(ep: Episode, rec: TurnRehearsal, placement: str = "message")
 
 
 def _append_to_request(ep: Episode, text: str) -> bool:
-    """Append ``text`` to the last user message (history first, then the initial messages), on a
-    copy of the message and its list; False when there is no user message."""
-    for owner in ("history", "messages"):
+    """Append ``text`` to the request just received, on a copy of the message and its list.
+
+    The request is the last user message that is not a ``<tool_response>``, among the messages
+    no ACT prompt holds yet: before the first ACT output, the history and then the initial
+    messages; after it, the history since the last ACT reply (``act_history_len``), since the
+    earlier ones are already in ``act_ids``. False (the caller appends a memory message instead)
+    when there is no such message.
+    """
+    def find(msgs: list[dict[str, Any]], start: int) -> int | None:
+        for i in range(len(msgs) - 1, start - 1, -1):
+            content = msgs[i].get("content")
+            if (msgs[i].get("role") == "user" and isinstance(content, str)
+                    and not content.lstrip().startswith("<tool_response>")):
+                return i
+        return None
+
+    owners = ([("history", 0), ("messages", 0)] if not ep.act_ids
+              else [("history", ep.act_history_len)])
+    for owner, start in owners:
         msgs = getattr(ep, owner)
-        for i in range(len(msgs) - 1, -1, -1):
-            if msgs[i].get("role") == "user" and isinstance(msgs[i].get("content"), str):
-                new = list(msgs)
-                new[i] = {**msgs[i], "content": f"{msgs[i]['content']}\n\n{text}"}
-                setattr(ep, owner, new)
-                return True
+        i = find(msgs, start)
+        if i is not None:
+            new = list(msgs)
+            new[i] = {**msgs[i], "content": f"{msgs[i]['content']}\n\n{text}"}
+            setattr(ep, owner, new)
+            return True
     return False
 
 

@@ -95,37 +95,61 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
     Reads each folder's ``results.jsonl`` (``evaluate``'s rows; tasks are paired by suite, task
     and repeat). The rehearsal acceptance of the drills (paper Table 3, Fig. 6): committed
     success beats N = 0, or failed real calls per episode (real calls the environment answered
-    with an error) drop by at least 30 %.
+    with an error) drop by at least 30 %. A degenerate outcome passes the second test: a policy
+    that stops calling tools has no failed call, so read ``success`` and
+    ``episodes_with_ok_real_call`` beside it.
 
     Args:
         baseline: the N = 0 (no rehearsal) eval folder.
         folders: the rehearsal eval folders (the baseline may be among them).
 
     Returns:
-        ``{name: {"rehearsal", "n", "tasks", "memory_source", "memory_placement" (from the
-        folder's ``config.json``; the paper's when it has none), "success" (the mean), "success_ci"
-        (bootstrap_mean), "vs_n0"
-        (paired_bootstrap of success), "failed_real_calls_per_episode",
-        "failed_real_calls_vs_n0" (paired_bootstrap of the per-episode count),
-        "failed_real_calls_change" (relative, None when N = 0 had none), "real_calls_per_episode",
-        "episodes_with_real_call", "episodes_with_ok_real_call" (a real call answered without an
-        error), "memory_tokens_per_episode", "empty_memories"}}``, keyed by folder name, the
-        baseline first.
+        ``{name: {...}}``, keyed by folder name, the baseline first, each with ``rehearsal``,
+        ``n``, ``tasks``, ``memory_source`` and ``memory_placement`` (the row's
+        ``result_config``, else the folder's ``config.json``, else the paper's), ``success``
+        (the mean reward) and ``success_ci`` (``bootstrap_mean``), ``vs_n0``
+        (``paired_bootstrap`` of success), ``failed_real_calls_per_episode``,
+        ``failed_real_calls_vs_n0`` (``paired_bootstrap`` of the per-episode count),
+        ``failed_real_calls_change`` (relative; None when N = 0 had none),
+        ``real_calls_per_episode``, ``episodes_with_real_call``, ``episodes_with_ok_real_call``
+        (a real call answered without an error), ``memory_tokens_per_episode`` and
+        ``empty_memories``.
 
     Raises:
         FileNotFoundError: a folder has no ``results.jsonl``.
-        ValueError: a folder shares no task with the baseline.
+        ValueError: a folder holds rows of more than one configuration (rehearsal mode, N,
+            rehearsing policy, config hash) or a task twice, or shares no task with the baseline.
     """
-    from envace_lite.evaluate import read_rows
+    from envace_lite.evaluate import MEMORY_DEFAULTS, read_rows
 
     def rows(folder: str | Path) -> list[dict[str, Any]]:
         path = Path(folder) / "results.jsonl"
         if not path.exists():
             raise FileNotFoundError(f"{folder}: no results.jsonl (did the eval run?)")
-        return read_rows(path)
+        rs = read_rows(path)
+        groups = {(r.get("rehearsal", "none"), r.get("n", 0), r.get("rehearsal_policy", ""),
+                   r.get("config_hash", "")) for r in rs}
+        if len(groups) != 1:
+            raise ValueError(f"{folder}: rows of {len(groups)} configurations (rehearsal, N, "
+                             f"rehearsal policy, config hash): {sorted(groups)}; give one "
+                             "folder per configuration")
+        keys = [key(r) for r in rs]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{folder}: a task appears twice in one configuration")
+        return rs
 
     def key(r: dict[str, Any]) -> str:
         return f"{r['suite']}|{r['task_id']}|{r['repeat']}"
+
+    def memory(folder: str | Path, row: dict[str, Any]) -> dict[str, str]:
+        # the row's own record first (written since the options exist), then the folder's
+        # config.json (rows written before), then the paper's defaults
+        cfg_path = Path(folder) / "config.json"
+        saved = (json.loads(cfg_path.read_text()).get("rehearsal", {}) if cfg_path.exists()
+                 else {})
+        rc = row.get("result_config", {})
+        return {k.split(".")[1]: rc.get(k, saved.get(k.split(".")[1], v))
+                for k, v in MEMORY_DEFAULTS.items()}
 
     base = rows(baseline)
     s0 = {key(r): float(r["reward"]) for r in base}
@@ -137,13 +161,8 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         f = {key(r): float(r["failed_real_calls"]) for r in rs}
         fvs = paired_bootstrap(f0, f)
         n = len(rs)
-        cfg_path = Path(folder) / "config.json"
-        memory = (json.loads(cfg_path.read_text()).get("rehearsal", {}) if cfg_path.exists()
-                  else {})
         out[Path(folder).name] = {
-            "rehearsal": rs[0]["rehearsal"], "n": rs[0]["n"], "tasks": n,
-            "memory_source": memory.get("memory_source", "policy"),
-            "memory_placement": memory.get("memory_placement", "message"),
+            "rehearsal": rs[0]["rehearsal"], "n": rs[0]["n"], "tasks": n, **memory(folder, rs[0]),
             "success": sum(s.values()) / n, "success_ci": bootstrap_mean(s),
             "vs_n0": paired_bootstrap(s0, s),
             "failed_real_calls_per_episode": sum(f.values()) / n,

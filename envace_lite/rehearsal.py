@@ -356,7 +356,8 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
     """Rehearse the current user turn of every episode, batched across episodes.
 
     Reads the episodes and changes nothing in them: the caller applies each record
-    (``commit.apply_rehearsal`` appends m_x to the history, unless empty, and adds the counters).
+    (``commit.apply_rehearsal`` inserts m_x, unless empty, where ``rehearsal.memory_placement``
+    says, and adds the counters).
 
     Args:
         episodes: live episodes that just received a new user message.
@@ -433,37 +434,48 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
 
     Beyond the paper (§2.3 has the policy write m_x from a MEMORY prompt): a small policy that
     never trained on the MEMORY prompt writes fragments, so this memory is made of text the
-    policy itself wrote in its ACT history. The best attempt is the one with the fewest imagined
-    error observations, then the most tool calls, then the earliest. Its ACT outputs whose every
-    imagined observation is not an error are kept verbatim, one per line, after
-    ``prompts.CALLS_MEMORY_HEADER``. Final answers are left out (their facts are imagined).
+    policy itself wrote in its ACT history. An ACT output *worked* when it made at least one call
+    and no imagined observation of its calls is an error. The best attempt is the one with the
+    most working outputs, then the fewest imagined errors, then the earliest. Its working outputs
+    are kept verbatim, one per line, after ``prompts.CALLS_MEMORY_HEADER``; final answers are
+    left out (their facts are imagined). Over ``max_tokens``, whole lines are dropped from the
+    end; a single line still over it is cut (``Memory.truncated``).
 
     Args:
         attempts: the N attempts of one user turn (N >= 0).
-        tokenizer: counts and cuts the memory to ``max_tokens`` tokens.
+        tokenizer: counts (and cuts) the memory's tokens.
         max_tokens: the memory's token budget (``rehearsal.memory_max_tokens``).
 
     Returns:
-        The ``Memory``; empty (so no memory is inserted) when no attempt made a call that its
-        REHEARSE answered without an error.
+        The ``Memory``; empty (so no memory is inserted) when no attempt has a working output.
     """
-    def score(a: Attempt) -> tuple[int, int, int]:
-        errors = sum(st.observation.error for st in a.trajectory.steps)
-        return (errors, -len(a.trajectory.steps), a.index)
-
-    lines: list[str] = []
-    if attempts:
-        best = min(attempts, key=score)
+    def working(a: Attempt) -> list[str]:
         by_turn: dict[int, list[bool]] = {}
-        for st in best.trajectory.steps:
+        for st in a.trajectory.steps:
             by_turn.setdefault(st.turn, []).append(st.observation.error)
-        acts = [o for o in best.trajectory.outputs if o.role == "act"]
-        lines = [acts[turn].text.strip() for turn, errs in sorted(by_turn.items())
-                 if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
+        acts = [o for o in a.trajectory.outputs if o.role == "act"]
+        return [acts[turn].text.strip() for turn, errs in sorted(by_turn.items())
+                if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
+
+    def score(a: Attempt) -> tuple[int, int, int]:
+        return (-len(working(a)), sum(st.observation.error for st in a.trajectory.steps),
+                a.index)
+
+    lines = working(min(attempts, key=score)) if attempts else []
     if not lines:
         return Memory("", "", 0, parsed=True, empty=True)
-    text = "\n".join([prompts.CALLS_MEMORY_HEADER, *lines])
-    return parse_memory(f"{prompts.MEMORY_OPEN}{text}{prompts.MEMORY_CLOSE}", tokenizer, max_tokens)
+
+    def count(ls: list[str]) -> int:
+        return len(tokenizer.encode("\n".join([prompts.CALLS_MEMORY_HEADER, *ls]),
+                                    add_special_tokens=False))
+
+    kept = list(lines)
+    while len(kept) > 1 and count(kept) > max_tokens:
+        kept.pop()
+    text = "\n".join([prompts.CALLS_MEMORY_HEADER, *kept])
+    mem = parse_memory(f"{prompts.MEMORY_OPEN}{text}{prompts.MEMORY_CLOSE}", tokenizer, max_tokens)
+    mem.truncated = mem.truncated or len(kept) < len(lines)
+    return mem
 
 
 def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Generator,

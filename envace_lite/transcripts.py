@@ -248,30 +248,30 @@ def task_transcripts(task: Task, cfg: Config, count_tokens: Any,
     return ActTranscript(task.id, task.suite, prompt, outputs, glue), rehearse
 
 
-def memory_transcript(act: ActTranscript, tools: list[dict[str, Any]]) -> ActTranscript | None:
+def memory_transcript(act: ActTranscript, task: Task) -> ActTranscript | None:
     """A copy of ``act`` whose request carries the rule-built rehearsal memory of its own calls
     (``warmstart.memory_share``; beyond the paper).
 
-    The memory is what ``rehearsal.calls_memory`` writes when every gold call of the first user
-    turn worked in rehearsal: ``prompts.CALLS_MEMORY_HEADER`` and the ACT outputs that are calls, before
-    the first one that is not; it is appended to the last user message of the prompt as
-    ``commit.apply_rehearsal(..., "ticket")`` appends it, inside ``prompts.memory_message``.
+    The memory is what ``rehearsal.calls_memory`` writes when the gold's calls of the first user
+    turn are the best attempt: ``prompts.CALLS_MEMORY_HEADER``, then the ACT outputs of that turn
+    whose gold observations are not errors (terminal calls make no step, so they never appear).
+    It is appended to the last user message of the prompt inside ``prompts.memory_message``, as
+    ``commit.apply_rehearsal(..., "ticket")`` appends it. Unlike the test-time memory it is not
+    cut to ``rehearsal.memory_max_tokens`` (a gold turn's calls are short).
 
     Args:
         act: the task's ACT transcript (``task_transcripts``).
-        tools: the task's tool schemas (to parse the outputs).
+        task: the task (its first user turn's gold replies).
 
     Returns:
-        The new transcript (the same outputs and glue), or None when the first output is not a
-        call (nothing to remember).
+        The new transcript (the same outputs and glue), or None when the first user turn has no
+        call whose observation is not an error (nothing to remember).
     """
     from envace_lite import prompts
 
-    calls = []
-    for text in act.outputs:
-        if protocol.parse_act(text, tools).kind != "calls":
-            break
-        calls.append(text.strip())
+    replies = _replies(task, 0)
+    calls = [act.outputs[k].strip() for k, reply in enumerate(replies)
+             if k < len(act.outputs) and not any(p["observation"].get("error") for p in reply)]
     if not calls:
         return None
     memory = prompts.memory_message("\n".join([prompts.CALLS_MEMORY_HEADER, *calls]))["content"]
@@ -290,9 +290,17 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
     error, e.g. ``Error: Order not found``) is the target. The prompt is the REHEARSE prompt of
     that call after the request, as ``task_transcripts`` builds it.
 
+    Args:
+        task: a train-split task.
+        cfg: reads ``rollout`` (rendering, prompt budget).
+        count_tokens: text -> token count, for REHEARSE trimming.
+        gold: REHEARSE sees the task's grounding (else ``<unavailable>``).
+
     Returns:
-        The row, or None when the first gold call has no ``#`` argument or its slip did not get
-        an error (nothing to learn).
+        The row, or None when the first gold call has no ``#`` argument, when its slip did not
+        get an error (nothing to learn), or when the task's environment cannot be made without
+        a USER simulator (tau2's retail and airline suites; the drills and the ticket suites
+        need none).
     """
     from envace_lite.envs import make_env
 
@@ -304,9 +312,16 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
     if args == first["arguments"]:
         return None
     slip = ToolCall(first["name"], args)
-    env = make_env(task.suite, task.id)
-    env.reset()
-    obs = env.step([slip])[0]
+    try:
+        env = make_env(task.suite, task.id)
+    except RuntimeError as exc:  # a suite that needs a USER simulator endpoint
+        log.warning("%s: no slip row (%s)", task.id, exc)
+        return None
+    try:
+        env.reset()
+        obs = env.step([slip])[0]
+    finally:
+        env.close()
     if not obs.error:
         return None
     rc = cfg.rollout
@@ -316,7 +331,8 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
     flat = [g for turn in task.grounding for g in turn]
     rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, slip,
                                     count_tokens, rc.max_prompt_tokens, rc.rendering)
-    return RehearseExample(task.id, task.suite, 0, rp.messages, protocol.rehearsal_text(obs.content),
+    return RehearseExample(task.id, task.suite, 0, rp.messages,
+                           protocol.rehearsal_text(obs.content),
                            {"name": slip.name, "arguments": slip.arguments}, obs.to_dict(),
                            "gold" if gold else "none")
 
@@ -332,7 +348,12 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
 
     Args:
         tasks: train-split tasks (``ValueError`` otherwise).
-        cfg: reads ``rollout`` and ``run.seed``.
+        cfg: reads ``rollout``, ``run.seed`` and the two options beyond the paper,
+            ``warmstart.memory_share`` (memory transcripts, ``memory_transcript``) and
+            ``warmstart.error_rows`` (slip rows, ``slip_example``: each runs one real call in a
+            fresh environment). ``stats`` counts the gold's rows (``act_outputs`` and
+            ``rehearse_examples`` leave the extra rows out) and the extras apart
+            (``memory_transcripts``, ``slip_rows``).
         tokenizer: counts REHEARSE prompt tokens for trimming; ``approx_tokens`` when None.
         seed: seeds the grounding drop (``random.Random(seed)``, one draw per task, in order);
             ``cfg.run.seed`` when None.
@@ -347,15 +368,17 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
     out = TranscriptSet()
     w = cfg.warmstart
     memory_rng = random.Random(f"memory:{cfg.run.seed if seed is None else seed}")
-    memories, slips = 0, []
+    memories, gold_act = 0, []
+    slips: list[RehearseExample] = []
     for task in tasks:
         gold = rng.random() >= cfg.rollout.grounding_drop_p
         act, rehearse = task_transcripts(task, cfg, count, gold)
         out.act.append(act)
+        gold_act.append(act)
         out.rehearse.extend(rehearse)
         if w.memory_share and memory_rng.random() < w.memory_share:
-            extra = memory_transcript(act, task.tools)
-            if extra is not None:
+            extra = memory_transcript(act, task)
+            if extra is not None:  # right after its task's own transcript
                 out.act.append(extra)
                 memories += 1
         if w.error_rows:
@@ -364,7 +387,7 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
                 slips.append(ex)
     out.stats = {
         "tasks": len(tasks),
-        "act_outputs": sum(len(a.outputs) for a in out.act),
+        "act_outputs": sum(len(a.outputs) for a in gold_act),
         "rehearse_examples": len(out.rehearse),
         "rehearse_grounding_gold": sum(r.grounding == "gold" for r in out.rehearse),
         "gold_call_errors": sum(bool(r.observation.get("error")) for r in out.rehearse),
@@ -372,7 +395,7 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         "suites": sorted({t.suite for t in tasks}),
         "memory_transcripts": memories, "slip_rows": len(slips),
     }
-    out.rehearse.extend(slips)  # after the counts: gold_call_errors counts the gold's own
+    out.rehearse.extend(slips)  # after the counts, which are the gold's own
     return out
 
 

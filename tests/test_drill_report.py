@@ -90,3 +90,23 @@ def test_report_gains_and_the_comparison_with_shared(tmp_path):
     # per_role - shared, task by task: -1, 0, -1, 0
     assert rep["vs_shared"]["per_role"]["diff"] == -0.5
     assert rep["modes"]["shared"]["gain_vs_sft"]["diff"] == 0.25
+
+
+def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):
+    base = _rows(tmp_path / "none_n0", [1, 0, 0, 1], [0, 2, 1, 0], [1, 2, 1, 1])
+    mixed = _rows(tmp_path / "mixed", [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0], "parallel", 2)
+    with open(mixed / "results.jsonl", "a") as f:  # an N = 3 row of the same task
+        f.write(json.dumps({"suite": S, "task_id": TASKS[0], "repeat": 0, "reward": 0.0,
+                            "failed_real_calls": 0, "real_calls": 0, "rehearsal": "parallel",
+                            "n": 3}) + "\n")
+    with pytest.raises(ValueError, match="rows of 2 configurations"):
+        sweep(base, [mixed])
+    # the row's own record of the memory options wins over the folder's config.json
+    calls = _rows(tmp_path / "calls", [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], "parallel", 2)
+    rows = [json.loads(x) for x in (calls / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["result_config"] = {"rehearsal.memory_source": "calls"}
+    (calls / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = sweep(base, [calls])["calls"]
+    assert (got["memory_source"], got["memory_placement"]) == ("calls", "message")
+    assert got["success"] == 0.0 and got["episodes_with_real_call"] == 0

@@ -399,18 +399,34 @@ def test_calls_memory_keeps_the_best_attempts_working_calls(tok):
     a2 = _attempt(2, [("CALL-A2", [False]), ("CALL-B2", [False, False])])
     a3 = _attempt(3, [("CALL-A3", [False]), ("CALL-B3", [False])])
     m = calls_memory([a1, a2, a3], tok, 64)
-    # a1 has an imagined error; a2 and a3 have none, and tie on 3 vs 2 calls: a2 has more
+    # working outputs: a1 1 (CALL-A1's call got an imagined error), a2 2, a3 2; a2 and a3 tie
+    # on errors (0) too, so the earlier one
     assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-A2\nCALL-B2"
     assert (m.empty, m.truncated) == (False, False)
     assert m.tokens == len(tok.encode(m.text, add_special_tokens=False))
-    # a tie on errors and calls goes to the earliest attempt; a failed call is left out
-    m = calls_memory([a3, _attempt(4, [("CALL-A4", [False]), ("CALL-B4", [False])])], tok, 64)
+    # a tie on working outputs goes to the fewer errors, then to the earliest attempt
+    a4 = _attempt(4, [("CALL-A4", [True]), ("CALL-B4", [False]), ("CALL-C4", [False])])
+    m = calls_memory([a4, _attempt(5, [("CALL-A5", [False]), ("CALL-B5", [False])])], tok, 64)
+    assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-A5\nCALL-B5"
+    m = calls_memory([a3, _attempt(6, [("CALL-A6", [False]), ("CALL-B6", [False])])], tok, 64)
     assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-A3\nCALL-B3"
+    # a failed call is left out; an attempt that only answered in text never wins over one
+    # with a working call
     assert calls_memory([a1], tok, 64).text == f"{CALLS_MEMORY_HEADER}\nCALL-B1"
+    text_only = _attempt(1, [("The end.", [])])
+    assert calls_memory([text_only, _attempt(2, [("CALL-X", [True]), ("CALL-Y", [False])])],
+                        tok, 64).text == f"{CALLS_MEMORY_HEADER}\nCALL-Y"
     # nothing worked, or no attempt: an empty memory (no memory is inserted)
     assert calls_memory([_attempt(1, [("CALL", [True])])], tok, 64).empty
     assert calls_memory([_attempt(1, [("Just text.", [])])], tok, 64).empty
     assert calls_memory([], tok, 64).empty
+    # over budget: whole lines go from the end; one line still over it is cut
+    three = _attempt(1, [("CALL-ONE", [False]), ("CALL-TWO", [False]), ("CALL-THREE", [False])])
+    budget = len(tok.encode(f"{CALLS_MEMORY_HEADER}\nCALL-ONE\nCALL-TWO",
+                            add_special_tokens=False))
+    m = calls_memory([three], tok, budget)
+    assert m.text == f"{CALLS_MEMORY_HEADER}\nCALL-ONE\nCALL-TWO" and m.truncated
+    assert m.tokens == budget
     long = _attempt(1, [(" ".join(f"w{i}" for i in range(80)), [False])])
     m = calls_memory([long], tok, 10)
     assert m.truncated and 0 < m.tokens <= 10 and m.text.startswith(CALLS_MEMORY_HEADER[:5])
@@ -453,6 +469,31 @@ def test_ticket_placement_appends_the_memory_to_the_request(tok):
     assert original == task_messages  # the episode's messages were replaced, never changed
     assert not any("MEMORY-TEXT-42" in seen for seen in ep.gate._seen)  # the gate never reads m_x
     assert ep.history[0]["role"] == "assistant"
+
+
+def test_ticket_placement_in_a_later_user_turn_goes_to_that_turns_request(tok):
+    """After the first ACT output, only the messages no ACT prompt holds yet are searched: the
+    new user turn, never a tool response or an earlier request already in act_ids."""
+    from envace_lite.commit import apply_rehearsal
+    from envace_lite.rehearsal import Memory, TurnRehearsal
+    ep = episode(*BFCL)
+    first_request = ep.messages[-1]["content"]
+    ep.history = [{"role": "assistant", "content": "A"},
+                  {"role": "user", "content": "<tool_response>\nR\n</tool_response>"},
+                  {"role": "assistant", "content": "B"},
+                  {"role": "user", "content": "<tool_response>\nS\n</tool_response>"},
+                  {"role": "user", "content": "SECOND REQUEST"}]
+    ep.act_ids, ep.act_history_len = [1, 2, 3], 3
+    rec = TurnRehearsal(1, "parallel", memory=Memory("MEM", tokens=1))
+    apply_rehearsal(ep, rec, "ticket")
+    memory = prompts.memory_message("MEM")["content"]
+    assert ep.history[4]["content"] == f"SECOND REQUEST\n\n{memory}" and len(ep.history) == 5
+    assert ep.history[3]["content"] == "<tool_response>\nS\n</tool_response>"
+    assert ep.messages[-1]["content"] == first_request
+    # no new request since the last ACT reply (only a tool response): a memory message instead
+    ep.history = ep.history[:4]
+    apply_rehearsal(ep, rec, "ticket")
+    assert ep.history[-1] == prompts.memory_message("MEM") and len(ep.history) == 5
 
 
 def test_apply_rehearsal_rejects_an_unknown_placement(tok):

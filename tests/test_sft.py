@@ -5,6 +5,7 @@ Default tier: offline, CPU. The end-to-end test runs the smoke profile's whole w
 """
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -194,15 +195,16 @@ def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
     task = next(t for t in tasks if t.id.startswith("lookup:"))
     order = "#" + task.id.split(":")[1]
     act, _ = task_transcripts(task, cfg, approx_tokens, True)
-    mem = memory_transcript(act, task.tools)
+    mem = memory_transcript(act, task)
     call = protocol.assistant_text([ToolCall("get_order_details", {"order_id": order})])
     assert act.outputs[0] == call and mem.outputs == act.outputs and mem.glue == act.glue
     expected = prompts.memory_message(f"{prompts.CALLS_MEMORY_HEADER}\n{call.strip()}")["content"]
     assert mem.prompt[-1]["content"] == f"{act.prompt[-1]['content']}\n\n{expected}"
     assert mem.prompt[:-1] == act.prompt[:-1] and expected not in act.prompt[-1]["content"]
     # an ACT transcript that starts with a text answer has nothing to remember
-    text_only = type(act)(act.task_id, act.suite, act.prompt, ["No call."], [])
-    assert memory_transcript(text_only, task.tools) is None
+    failed = copy.deepcopy(task)
+    failed.grounding[0][0]["observation"]["error"] = True  # a gold call that got an error
+    assert memory_transcript(act, failed) is None
 
 
 def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
@@ -233,4 +235,11 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
     assert more.stats["memory_transcripts"] == calls_first == len(more.act) - len(plain.act)
     assert more.stats["slip_rows"] == hashed == len(more.rehearse) - len(plain.rehearse)
     assert hashed > 0 and more.stats["gold_call_errors"] == plain.stats["gold_call_errors"]
-    assert more.act[:1] == plain.act[:1]  # the plain transcripts are unchanged and come first
+    # the gold's own rows are unchanged (a memory transcript follows its task's own; slip rows
+    # come last); the counts are the gold's
+    memory_open = "[Private rehearsal memory"
+    assert [a for a in more.act if memory_open not in a.prompt[-1]["content"]] == plain.act
+    assert more.rehearse[:len(plain.rehearse)] == plain.rehearse
+    assert (more.stats["act_outputs"], more.stats["rehearse_examples"]) == (
+        plain.stats["act_outputs"], plain.stats["rehearse_examples"])
+    assert all(r.observation["error"] for r in more.rehearse[len(plain.rehearse):])
