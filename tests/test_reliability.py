@@ -787,9 +787,13 @@ def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
     calls.clear()
     applied = []
     monkeypatch.setattr(commit, "rehearse_turns", broken)
-    monkeypatch.setattr(commit, "apply_rehearsal", lambda ep, rec: applied.append((ep, rec)))
-    commit._rehearse_guarded(eps, None, None, None, "parallel", 1)
-    # the batch failed, then one by one: the first applied, the second ended with its error
-    assert calls == [2, 1, 1] and applied == [(eps[0], "record")]
+    monkeypatch.setattr(commit, "apply_rehearsal",
+                        lambda ep, rec, placement: applied.append((ep, rec, placement)))
+    from envace_lite.config import get_config
+    cfg = get_config("smoke", {"rehearsal.memory_placement": "ticket"})
+    commit._rehearse_guarded(eps, None, None, cfg, "parallel", 1)
+    # the batch failed, then one by one: the first applied (where the config places m_x), the
+    # second ended with its error
+    assert calls == [2, 1, 1] and applied == [(eps[0], "record", "ticket")]
     assert eps[0].error == "" and eps[1].stop_reason == "error"
     assert eps[1].error == "rehearsal: ValueError: bad prompt"
