@@ -7,6 +7,8 @@ past measurements (their ``machine`` and ``setup`` fields say where they ran), k
 """
 from __future__ import annotations
 
+import base64
+
 import re
 from pathlib import Path
 
@@ -48,14 +50,9 @@ def scan(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_patterns_catch_what_they_mean():
-    bad = "\n".join([
-        "# see " + "DES" + "IGN §8",
-        "# fixed in " + "iss" + "ue 7",
-        "# as in " + "iss" + "ue #12",
-        "# (" + "STY" + "LE rule 11)",
-        'CKPT = "' + "/wo" + 'rk/ckpt/x"',
-        "# read .." + "/sha" + "red/DES" + "IGN.md",
-    ])
+    # six pointer-shaped lines (a design-doc section, two issue numbers, a style rule, a
+    # machine path, a sibling folder), stored encoded so that this file holds none of them
+    bad = base64.b64decode("IyBzZWUgREVTSUdOIMKnOAojIGZpeGVkIGluIGlzc3VlIDcKIyBhcyBpbiBpc3N1ZSAjMTIKIyAoU1RZTEUgcnVsZSAxMSkKQ0tQVCA9ICIvd29yay9ja3B0L3giCiMgcmVhZCAuLi9zaGFyZWQvREVTSUdOLm1k").decode()
     assert [n for n, _ in scan(bad)] == [1, 2, 3, 4, 5, 6]
     good = ['# docs/design.md, "Parsing"', "# Error: order #12 not found",
             'CACHE = "~/.cache/envace_lite"', 'URL = "http://127.0.0.1:8000/v1"',
