@@ -457,11 +457,9 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
         return [acts[turn].text.strip() for turn, errs in sorted(by_turn.items())
                 if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
 
-    def score(a: Attempt) -> tuple[int, int, int]:
-        return (-len(working(a)), sum(st.observation.error for st in a.trajectory.steps),
-                a.index)
-
-    lines = working(min(attempts, key=score)) if attempts else []
+    ranked = [(-len(w), sum(st.observation.error for st in a.trajectory.steps), a.index, w)
+              for a in attempts for w in [working(a)]]
+    lines = min(ranked)[3] if ranked else []
     if not lines:
         return Memory("", "", 0, parsed=True, empty=True)
 

@@ -155,16 +155,22 @@ def test_build_paired_bootstrap_on_random_results_equals_the_package():
             {k: pkg[k] for k in ("diff", "lo", "hi")}, abs=1e-12)
 
 
-def test_build_on_the_shipped_drills_gives_the_shipped_numbers():
-    """The notebook's real example: the shared s0 run's 120 held-out drills after SFT and RL."""
-    drills = reference_results("drills_micro")
-    assert drills is not None
+def _build_on_shipped(drills):
+    """The build cells on a shipped folder's shared s0 run: its held-out drills after SFT and
+    after RL, one row per drill."""
     run = json.loads((drills.path / "shared_s0_summary.json").read_text())
     per_task = {p["stage"]: p["per_task"] for p in run["points"]}
     configs = {stage: [{"suite": k.split("|")[0], "task_id": k.split("|")[1], "repeat": 0,
                         "reward": v} for k, v in per_task[stage].items()]
                for stage in ("after_sft", "after_envace")}
-    ns = run_build_cells(configs, per_task["after_sft"], per_task["after_envace"])
+    return run_build_cells(configs, per_task["after_sft"], per_task["after_envace"])
+
+
+def test_build_on_the_shipped_drills_gives_the_shipped_numbers():
+    """The notebook's real example: the shared s0 run's 120 held-out drills after SFT and RL."""
+    drills = reference_results("drills_micro")
+    assert drills is not None
+    ns = _build_on_shipped(drills)
     key = ("after_sft", "tau2-retail-drills")
     assert ns["avg_at_k"][key] == pytest.approx(23 / 120)  # 23 of 120 drills passed after SFT
     half = Z * math.sqrt(23 * 97 / (120 * 119)) / math.sqrt(120)  # s² = T p (1 - p) / (T - 1)
@@ -180,12 +186,7 @@ def test_build_on_the_notebooks_shipped_drills_gives_the_shipped_numbers():
     GRPO steps (45 and 43 of 120 held-out drills)."""
     drills = reference_results("drills_rl")
     assert drills is not None
-    run = json.loads((drills.path / "shared_s0_summary.json").read_text())
-    per_task = {p["stage"]: p["per_task"] for p in run["points"]}
-    configs = {stage: [{"suite": k.split("|")[0], "task_id": k.split("|")[1], "repeat": 0,
-                        "reward": v} for k, v in per_task[stage].items()]
-               for stage in ("after_sft", "after_envace")}
-    ns = run_build_cells(configs, per_task["after_sft"], per_task["after_envace"])
+    ns = _build_on_shipped(drills)
     key = ("after_envace", "tau2-retail-drills")
     assert ns["avg_at_k"][key] == pytest.approx(43 / 120)
     half = Z * math.sqrt(43 * 77 / (120 * 119)) / math.sqrt(120)  # s² = T p (1 - p) / (T - 1)
