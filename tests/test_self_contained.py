@@ -8,7 +8,6 @@ past measurements (their ``machine`` and ``setup`` fields say where they ran), k
 from __future__ import annotations
 
 import base64
-
 import re
 from pathlib import Path
 
