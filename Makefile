@@ -42,8 +42,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt requirements-nodeps.txt
 run: setup
 	$(VENV)/bin/envace-lite notebooks --profile $(PROFILE)
 
+# the suite runs on one pytest-xdist worker per core (TEST_WORKERS=0: one process), each with
+# one torch thread, so the pure-Python tau2 replays use every core
+TEST_WORKERS ?= auto
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # every tier that runs on CPU, including the hand-run real-model tests
 test-all: setup

@@ -128,6 +128,28 @@ def test_write_call_reports_state_change():
     assert [i for i, o in enumerate(obs) if o.state_changed] == writes
 
 
+def test_new_environment_is_tau2s_and_shares_no_state():
+    """The read-once DB: every environment equals tau2's own, and a write to one reaches no other."""
+    from tau2.domains.retail.environment import get_environment
+    pristine = get_environment().get_db_hash()
+    a, b = t2.new_environment("retail"), t2.new_environment("retail")
+    assert a.get_db_hash() == b.get_db_hash() == pristine
+    assert a.tools.db is not b.tools.db
+    oid = next(k for k, o in a.tools.db.orders.items() if o.status == "pending")
+    order_a, order_b = a.tools.db.orders[oid], b.tools.db.orders[oid]
+    assert order_a is not order_b and order_a.items is not order_b.items
+    msg = a.get_response(t2.Tau2ToolCall(id="c1", name="cancel_pending_order",
+                                         arguments={"order_id": oid, "reason": "no longer needed"},
+                                         requestor="assistant"))
+    assert not msg.error and a.tools.db.orders[oid].status == "cancelled"
+    assert b.tools.db.orders[oid].status == "pending" and b.get_db_hash() == pristine
+    assert t2.new_environment("retail").get_db_hash() == pristine
+    assert t2.new_environment("airline").get_db_hash() == (
+        t2._domain_module("airline").get_environment().get_db_hash())
+    with pytest.raises(ValueError, match="solo mode"):
+        t2.new_environment("retail", solo_mode=True)
+
+
 def test_is_state_changing_uses_tau2_tool_types():
     tel = make_env(TEL, TEL_ID)
     assert tel.is_state_changing("toggle_airplane_mode")  # user-device WRITE (solo mode)

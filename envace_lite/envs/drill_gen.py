@@ -32,7 +32,7 @@ from envace_lite.envs.drill_spec import (
     check_tiers,
     test_user,
 )
-from envace_lite.envs.tau2 import Tau2ToolCall, _domain_module
+from envace_lite.envs.tau2 import Tau2ToolCall, new_environment
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ class _Solver:
     """
 
     def __init__(self, domain: str) -> None:
-        self.env = _domain_module(domain).get_environment()
+        self.env = new_environment(domain)
         self.db = self.env.tools.db
         self.n = 0
 

@@ -34,8 +34,8 @@ from envace_lite.envs.tau2 import (
     TICKET_INSTRUCTION,
     Tau2Env,
     UserMessage,
-    _domain_module,
     _tau2_constant,
+    new_environment,
 )
 from envace_lite.types import Observation, ToolCall
 
@@ -119,7 +119,7 @@ class DrillEnv(Tau2Env):
 
     def reset(self) -> list[dict[str, Any]]:
         """A fresh tau2 environment; returns ``[system, user]`` (the drill's message)."""
-        self._env = _domain_module(self.domain).get_environment()
+        self._env = new_environment(self.domain)
         self.trajectory = [UserMessage(role="user", content=self.drill.message)]
         self.real_calls, self.done, self.termination = 0, False, None
         self._steps = self._errors = self._n = 0
@@ -184,14 +184,14 @@ class DrillEnv(Tau2Env):
 
 @cache
 def _system_prompt(domain: str) -> str:
-    policy = _domain_module(domain).get_environment().get_policy()
+    policy = new_environment(domain).get_policy()
     return _tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
         agent_instruction=TICKET_INSTRUCTION, domain_policy=policy)
 
 
 @cache
 def _schemas(domain: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
-    env = _domain_module(domain).get_environment()
+    env = new_environment(domain)
     by_name = {t.name: t.openai_schema for t in env.get_tools()}
     return [by_name[n] for n in names]
 

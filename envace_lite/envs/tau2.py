@@ -35,7 +35,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,49 @@ def _domain_module(domain: str):
     return importlib.import_module(f"tau2.domains.{domain}.environment")
 
 
+#: domain -> (module, DB class, module, path constant) of the databases read once per process
+_DB_FILES: dict[str, tuple[str, str, str, str]] = {
+    "retail": ("tau2.domains.retail.data_model", "RetailDB",
+               "tau2.domains.retail.utils", "RETAIL_DB_PATH"),
+    "airline": ("tau2.domains.airline.data_model", "FlightDB",
+                "tau2.domains.airline.utils", "AIRLINE_DB_PATH"),
+}
+
+
+@cache
+def _db_file(domain: str) -> tuple[type, dict[str, Any]]:
+    """``(DB class, the parsed DB file)`` of a retail or airline domain, read once per process.
+
+    Never handed out: each environment validates its own DB from it (see ``new_environment``).
+    """
+    mod, cls, utils, path = _DB_FILES[domain]
+    db_cls = getattr(importlib.import_module(mod), cls)
+    return db_cls, load_file(getattr(importlib.import_module(utils), path))
+
+
+def new_environment(domain: str, solo_mode: bool = False):
+    """tau2's ``get_environment(solo_mode=...)`` of ``domain``, with a DB of its own.
+
+    The same environment tau2 builds, minus the file read: tau2 parses the retail (1,000 orders)
+    or airline (2,000 reservations) JSON file for every environment, and its evaluator builds two
+    per score. Here the parsed file is kept, and every call validates a new DB from it, so no two
+    environments share a mutable object (pydantic builds new models, dicts and lists; both data
+    models have only typed fields). Telecom and mock keep tau2's own path.
+
+    Args:
+        domain: a tau2 domain name (``retail``, ``airline``, ``telecom``, ``mock``).
+        solo_mode: passed to tau2 (retail and airline raise ``ValueError`` on True, as in tau2).
+
+    Returns:
+        A ``tau2.environment.environment.Environment``.
+    """
+    mod = _domain_module(domain)
+    if domain not in _DB_FILES:
+        return mod.get_environment(solo_mode=solo_mode)
+    db_cls, data = _db_file(domain)
+    return mod.get_environment(db=db_cls.model_validate(data), solo_mode=solo_mode)
+
+
 @cache
 def _split(domain: str) -> dict[str, list[str]]:
     return _domain_module(domain).get_tasks_split()
@@ -132,7 +175,7 @@ def _tau2_constant(module: str, name: str) -> str:
 @cache
 def _tool_info(domain: str, solo: bool) -> tuple[str, list[dict], dict[str, ToolType]]:
     """``(policy, OpenAI schemas, name -> ToolType)``; solo mode adds the user-device tools."""
-    env = _domain_module(domain).get_environment(solo_mode=solo)
+    env = new_environment(domain, solo_mode=solo)
     tools = env.get_tools() + (env.get_user_tools() if solo else [])
     kinds = {t.name: env.tools.tool_type(t.name) for t in env.get_tools()}
     if solo:
@@ -148,7 +191,7 @@ def _tool_info(domain: str, solo: bool) -> tuple[str, list[dict], dict[str, Tool
 
 def _fresh_env(domain: str, solo: bool, task: Tau2Task):
     """A new tau2 environment with the task's ``initial_state`` applied."""
-    env = _domain_module(domain).get_environment(solo_mode=solo)
+    env = new_environment(domain, solo_mode=solo)
     st = task.initial_state
     if st is not None:
         env.set_state(initialization_data=st.initialization_data,
@@ -474,7 +517,7 @@ class Tau2Env(Env):
             if RewardType.NL_ASSERTION in basis:
                 raise ValueError("NL_ASSERTION needs tau2's LLM judge, which is not supported")
             env_r = EnvironmentEvaluator.calculate_reward(
-                environment_constructor=_domain_module(self.domain).get_environment,
+                environment_constructor=partial(new_environment, self.domain),
                 task=self.task, full_trajectory=self.trajectory, solo_mode=self.solo)
             act_r = ActionEvaluator.calculate_reward(task=self.task,
                                                      full_trajectory=self.trajectory)
