@@ -64,12 +64,15 @@ class ModelConfig:
     token sequence wherever it appears. A measured lever on the drills (``docs/drills.md``): it
     did not make the policy copy ids (held-out 16.7 % vs 19.2 % without it, no successful call)."""
     pretrain: str = ""
-    """``micro`` only: "" (random init), ``copy``, or a tau2 domain (``retail``, ``airline``).
+    """``micro`` only: "" (random init), ``copy``, ``copy_hops``, or a tau2 domain (``retail``,
+    ``airline``).
 
     ``copy`` (beyond the paper; ``docs/drills.md``, "The copy warm-up"): before any warm start,
     the model learns to copy an id or a value from a message into its answer, on synthetic,
     entity-free samples (random ids in tau2's id formats, none of them in tau2's databases), the
-    skill a pretrained LLM brings. A tau2 domain: before any
+    skill a pretrained LLM brings. ``copy_hops`` adds second-call samples (a call after a first
+    call and its tool response, copying the user's id or the id the response links to;
+    ``micro.copy_samples``), a measured lever (``docs/drills.md``). A tau2 domain: before any
     warm start, the model is trained as a language model on that domain's database records of
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
     them), meant to give it the id copying a pretrained LLM has (``micro.pretrained_base``). One

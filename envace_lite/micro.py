@@ -131,7 +131,7 @@ def micro_corpus(cfg: Config) -> list[str]:
     plain = copy.deepcopy(cfg)
     plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False
     texts = transcript_texts(build_transcripts(training_tasks(plain, "sft"), plain, seed=0))
-    if cfg.model.pretrain not in ("", "copy"):  # domain documents shape the vocabulary too
+    if cfg.model.pretrain not in ("", *COPY_PRETRAINS):  # domain documents shape the vocabulary too
         texts += pretrain_corpus(cfg.model.pretrain)
     return texts
 
@@ -199,7 +199,7 @@ def micro_policy(cfg: Config) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of the micro profile (``models.load_policy`` calls this): random
     init, or the domain-pretrained base when ``model.pretrain`` is set."""
     tok = micro_tokenizer(cfg)
-    if cfg.model.pretrain == "copy":
+    if cfg.model.pretrain in COPY_PRETRAINS:
         return copy_base(cfg, tok), tok
     if cfg.model.pretrain:
         return pretrained_base(cfg, tok), tok
@@ -258,6 +258,9 @@ def _step(model: Any, opt: Any, sched: Any, loss: torch.Tensor) -> float:
 _COPY_RECIPE = 1
 """Bump when the copy warm-up recipe changes (part of the cache fingerprint)."""
 
+COPY_PRETRAINS = ("copy", "copy_hops")
+"""The ``model.pretrain`` values that start from the copy warm-up (``copy_base``)."""
+
 _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "jude", "kai",
           "lena", "milo", "nora", "otto", "pia", "quin", "rosa", "seb", "tova", "ugo", "vera")
 _LAST = ("abe", "berg", "cruz", "dahl", "eze", "frost", "gale", "holm", "iver", "juno", "kerr",
@@ -287,8 +290,8 @@ def _copy_id(rng: random.Random) -> tuple[str, str, str]:
     return kind, x, x
 
 
-def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset()) -> list[
-        tuple[list[dict[str, str]], str]]:
+def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
+                 hops: bool = False) -> list[tuple[list[dict[str, str]], str]]:
     """``n`` chat samples ``(messages, answer)`` that can only be answered by copying.
 
     Half are calls: the user's message names one id among 0-2 distractor ids, and the answer is
@@ -298,12 +301,22 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset()) -> 
     No tau2 tool name, entity or policy text appears; ids in ``forbidden`` (e.g. every id in
     tau2's databases) are redrawn.
 
+    With ``hops`` (``model.pretrain="copy_hops"``), a third of the samples are second calls,
+    made after a first ``lookup`` and its ``<tool_response>``: an ``update`` of the id the user
+    named (the write after a read: copy from the message, past a record full of other values), or
+    a ``lookup`` of the id the record links to (the second hop: copy from the tool response).
+    These are the two copies the drills' writes and two-hop tier need and the plain warm-up never
+    shows (``docs/drills.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
+    are exactly those of the plain warm-up.
+
     Args:
         n: samples (>= 1). seed: ``random.Random(seed)``, so the same seed gives the same samples.
         forbidden: strings no sample may contain as its id.
+        hops: add the second-call samples.
 
     Returns:
-        A list of ``([{"role": "user", "content": ...}], answer)``.
+        A list of ``(messages, answer)``: one user message, or with ``hops`` for a second call,
+        ``[user, assistant (the first call), user (its tool response)]``.
     """
     rng = random.Random(seed)
     out = []
@@ -311,9 +324,14 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset()) -> 
         kind, said, arg = _copy_id(rng)
         if said in forbidden or arg in forbidden:
             continue
+        what = {"order_id": "order", "user_id": "user id", "reservation_id": "reservation",
+                "email": "email"}[kind]
+        if hops and rng.random() < 1 / 3:
+            sample = _hop_sample(rng, kind, said, arg, what, forbidden)
+            if sample is not None:
+                out.append(sample)
+            continue
         if rng.random() < 0.5:
-            what = {"order_id": "order", "user_id": "user id", "reservation_id": "reservation",
-                    "email": "email"}[kind]
             noise = " ".join(f"(old ref {_copy_id(rng)[1]})" for _ in range(rng.randint(0, 2)))
             text = (noise + " " + rng.choice(_COPY_ASKS).format(what=what, x=said)).strip()
             answer = ("<tool_call>\n" + json.dumps({"name": "lookup", "arguments": {kind: arg}})
@@ -331,6 +349,39 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset()) -> 
             answer = f"The {name} is {value}."
         out.append(([{"role": "user", "content": text}], answer))
     return out
+
+
+_HOP_WRITES = ("Please change {what} {x}.", "I want to update {what} {x}.",
+               "Hi, make the change on {what} {x}, please.")
+_HOP_LINKS = ("Find the {link} linked to {what} {x}.", "Which {link} belongs to {what} {x}?")
+
+
+def _call(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def _hop_sample(rng: random.Random, kind: str, said: str, arg: str, what: str,
+                forbidden: frozenset[str]) -> tuple[list[dict[str, str]], str] | None:
+    """One second-call sample of ``copy_samples(hops=True)``; None when the linked id drawn is
+    forbidden or of the same kind (the caller draws again)."""
+    link_kind, _, link = _copy_id(rng)
+    if link in forbidden or link_kind == kind or link_kind == "email":
+        return None
+    fields = rng.sample(("status", "city", "cabin", "color", "size", "origin", "method"), 2)
+    values = [rng.choice(("pending", "delivered", "processed", "cancelled", "economy", "red",
+                          "large", "paypal", "Boston", "Miami")) for _ in fields]
+    record = {kind: arg, **dict(zip(fields, values)), link_kind + "s": [link]}
+    noise = " ".join(f"(old ref {_copy_id(rng)[1]})" for _ in range(rng.randint(0, 1)))
+    if rng.random() < 0.5:
+        ask, answer = rng.choice(_HOP_WRITES), _call("update", {kind: arg})
+    else:
+        ask, answer = rng.choice(_HOP_LINKS), _call("lookup", {link_kind: link})
+    link_what = link_kind.replace("_id", "").replace("_", " ")
+    text = (noise + " " + ask.format(what=what, x=said, link=link_what)).strip()
+    return ([{"role": "user", "content": text},
+             {"role": "assistant", "content": _call("lookup", {kind: arg})},
+             {"role": "user", "content": f"<tool_response>\n{json.dumps(record)}\n</tool_response>"}],
+            answer)
 
 
 def tau2_ids() -> frozenset[str]:
@@ -366,17 +417,20 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
     from transformers import Qwen3ForCausalLM
 
     m = cfg.model
+    hops = m.pretrain == "copy_hops"
     key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
-           m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window]
+           m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
+               ["hops"] if hops else [])  # the plain warm-up keeps its fingerprint
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
-    target = cache_dir("pretrained") / f"micro-copy-{h.hexdigest()[:12]}"
+    name = "micro-copy-hops" if hops else "micro-copy"
+    target = cache_dir("pretrained") / f"{name}-{h.hexdigest()[:12]}"
     if is_cached(target, _COPY_RECIPE):
         return Qwen3ForCausalLM.from_pretrained(target).eval()
     start, batch = time.perf_counter(), 64
     forbidden = tau2_ids()
     model = micro_model(copy_config(cfg, seed=m.pretrain_seed), tokenizer)
-    samples = copy_samples(batch * m.pretrain_steps + 100, m.pretrain_seed, forbidden)
+    samples = copy_samples(batch * m.pretrain_steps + 100, m.pretrain_seed, forbidden, hops)
     held_out, samples = samples[:100], samples[100:]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.pad_token_id
@@ -493,6 +547,6 @@ def copy_config(cfg: Config, seed: int) -> Config:
     return c
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "chatml_text", "copy_base", "copy_config",
+__all__ = ["CHAT_TEMPLATE", "COPY_PRETRAINS", "SPECIAL_TOKENS", "chatml_text", "copy_base", "copy_config",
            "copy_samples", "micro_corpus", "micro_model", "micro_policy", "micro_tokenizer",
            "pretrain_corpus", "pretrained_base", "tau2_ids", "train_bpe", "transcript_texts"]

@@ -126,6 +126,37 @@ def test_copy_samples_need_copying_and_avoid_forbidden_ids():
             assert json.loads(ans.split("\n")[1])["arguments"].popitem()[1] not in first
 
 
+def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
+    """copy_hops: the plain samples are unchanged in kind, and a hop sample's answer copies the
+    id the user named (``update``) or the id the record links to (``lookup``), never another."""
+    import json
+
+    from envace_lite.micro import copy_samples
+
+    samples = copy_samples(90, seed=7, hops=True)
+    assert samples == copy_samples(90, seed=7, hops=True)
+    hops = [(m, a) for m, a in samples if len(m) == 3]
+    assert 20 <= len(hops) <= 40  # about a third of 90
+    kinds = {"update": 0, "lookup": 0}
+    for (user, first, response), answer in hops:
+        assert [user["role"], first["role"], response["role"]] == ["user", "assistant", "user"]
+        record = json.loads(response["content"].split("\n")[1])
+        first_args = json.loads(first["content"].split("\n")[1])["arguments"]
+        (kind, arg), = first_args.items()
+        assert record[kind] == arg  # the tool response answers the first call
+        call = json.loads(answer.split("\n")[1])
+        kinds[call["name"]] += 1
+        (key, value), = call["arguments"].items()
+        if call["name"] == "update":  # the write after the read: the id the user named
+            assert (key, value) == (kind, arg)
+        else:  # the second hop: the id the record links to, which the user never wrote
+            assert record[key + "s"] == [value] and value not in user["content"]
+            assert value.lstrip("#") not in user["content"]
+    assert kinds["update"] > 5 and kinds["lookup"] > 5
+    # without hops, no sample has more than the user's message
+    assert all(len(m) == 1 for m, _ in copy_samples(90, seed=7))
+
+
 def test_warm_start_options_share_the_tokenizer_corpus():
     """Memory transcripts and slip rows are warm-start rows, not tokenizer text: every option of
     a profile trains on one tokenizer (and one cached copy base)."""
