@@ -81,8 +81,8 @@ class ModelConfig:
     pretrain_epochs: float = 12.0
     """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
     pretrain_steps: int = 300
-    """``micro`` only, ``pretrain="copy"``: optimizer steps of the copy warm-up (64 samples a
-    step; ``micro.copy_samples``)."""
+    """``micro`` only, ``pretrain="copy"`` or ``"copy_hops"``: optimizer steps of the copy
+    warm-up (64 samples a step; ``micro.copy_samples``)."""
     pretrain_seed: int = 0
     """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     dtype: str = "float32"

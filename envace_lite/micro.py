@@ -301,8 +301,9 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     No tau2 tool name, entity or policy text appears; ids in ``forbidden`` (e.g. every id in
     tau2's databases) are redrawn.
 
-    With ``hops`` (``model.pretrain="copy_hops"``), a third of the samples are second calls,
-    made after a first ``lookup`` and its ``<tool_response>``: an ``update`` of the id the user
+    With ``hops`` (``model.pretrain="copy_hops"``), about a fifth of the samples (22 % of the
+    shipped warm-up's; a draw of 1/3, less the linked ids of the same kind) are second calls, made
+    after a first ``lookup`` and its ``<tool_response>``: an ``update`` of the id the user
     named (the write after a read: copy from the message, past a record full of other values), or
     a ``lookup`` of the id the record links to (the second hop: copy from the tool response).
     These are the two copies the drills' writes and two-hop tier need and the plain warm-up never
@@ -380,7 +381,8 @@ def _hop_sample(rng: random.Random, kind: str, said: str, arg: str, what: str,
     text = (noise + " " + ask.format(what=what, x=said, link=link_what)).strip()
     return ([{"role": "user", "content": text},
              {"role": "assistant", "content": _call("lookup", {kind: arg})},
-             {"role": "user", "content": f"<tool_response>\n{json.dumps(record)}\n</tool_response>"}],
+             {"role": "user",
+              "content": f"<tool_response>\n{json.dumps(record)}\n</tool_response>"}],
             answer)
 
 
@@ -401,8 +403,10 @@ def tau2_ids() -> frozenset[str]:
 
 
 def copy_base(cfg: Config, tokenizer: Any) -> Any:
-    """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``), trained
-    once and cached under ``cache_dir("pretrained")`` by (recipe, sizes, steps, seed, vocabulary).
+    """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``, or
+    ``"copy_hops"`` with the second-call samples of ``copy_samples(hops=True)``), trained once and
+    cached under ``cache_dir("pretrained")`` by (recipe, sizes, steps, seed, vocabulary, and
+    ``hops`` for ``copy_hops``), in ``micro-copy-<hash>`` or ``micro-copy-hops-<hash>``.
 
     ``model.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant; weight decay
     0; gradient clip 1.0) of 64 ``copy_samples`` each, loss on the answer tokens only (the
@@ -547,6 +551,7 @@ def copy_config(cfg: Config, seed: int) -> Config:
     return c
 
 
-__all__ = ["CHAT_TEMPLATE", "COPY_PRETRAINS", "SPECIAL_TOKENS", "chatml_text", "copy_base", "copy_config",
-           "copy_samples", "micro_corpus", "micro_model", "micro_policy", "micro_tokenizer",
-           "pretrain_corpus", "pretrained_base", "tau2_ids", "train_bpe", "transcript_texts"]
+__all__ = ["CHAT_TEMPLATE", "COPY_PRETRAINS", "SPECIAL_TOKENS", "chatml_text", "copy_base",
+           "copy_config", "copy_samples", "micro_corpus", "micro_model", "micro_policy",
+           "micro_tokenizer", "pretrain_corpus", "pretrained_base", "tau2_ids", "train_bpe",
+           "transcript_texts"]

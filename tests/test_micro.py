@@ -129,14 +129,17 @@ def test_copy_samples_need_copying_and_avoid_forbidden_ids():
 def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
     """copy_hops: the plain samples are unchanged in kind, and a hop sample's answer copies the
     id the user named (``update``) or the id the record links to (``lookup``), never another."""
+    import hashlib
     import json
 
     from envace_lite.micro import copy_samples
 
-    samples = copy_samples(90, seed=7, hops=True)
-    assert samples == copy_samples(90, seed=7, hops=True)
+    samples = copy_samples(300, seed=7, hops=True)
+    assert samples == copy_samples(300, seed=7, hops=True)
     hops = [(m, a) for m, a in samples if len(m) == 3]
-    assert 20 <= len(hops) <= 40  # about a third of 90
+    # a hop is drawn with p = 1/3 and kept when its linked id is of another kind and no e-mail:
+    # about 22 %, 66 of 300 (seeds 0-9 give 54-72); the bounds are 3 standard deviations
+    assert 45 <= len(hops) <= 90
     kinds = {"update": 0, "lookup": 0}
     for (user, first, response), answer in hops:
         assert [user["role"], first["role"], response["role"]] == ["user", "assistant", "user"]
@@ -153,8 +156,11 @@ def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
             assert record[key + "s"] == [value] and value not in user["content"]
             assert value.lstrip("#") not in user["content"]
     assert kinds["update"] > 5 and kinds["lookup"] > 5
-    # without hops, no sample has more than the user's message
+    # without hops, no sample has more than the user's message, and the samples are the plain
+    # warm-up's, bit for bit: the digest of the samples the shipped copy base was trained on
     assert all(len(m) == 1 for m, _ in copy_samples(90, seed=7))
+    plain = json.dumps(copy_samples(200, seed=0)).encode()
+    assert hashlib.sha1(plain).hexdigest() == "78a1ba163a4ed1412d69cf83d65e22ede1d01d4c"
 
 
 def test_warm_start_options_share_the_tokenizer_corpus():
