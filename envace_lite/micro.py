@@ -38,6 +38,8 @@ import torch
 from envace_lite.config import Config
 from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.progress import get_logger
+from envace_lite.prompts import assistant_text, tool_response_message
+from envace_lite.types import Observation, ToolCall
 
 log = get_logger(__name__)
 
@@ -335,8 +337,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
         if rng.random() < 0.5:
             noise = " ".join(f"(old ref {_copy_id(rng)[1]})" for _ in range(rng.randint(0, 2)))
             text = (noise + " " + rng.choice(_COPY_ASKS).format(what=what, x=said)).strip()
-            answer = ("<tool_call>\n" + json.dumps({"name": "lookup", "arguments": {kind: arg}})
-                      + "\n</tool_call>")
+            answer = _call("lookup", {kind: arg})
         else:
             fields = rng.sample(("status", "city", "cabin", "color", "size", "origin", "method"), 3)
             values = [rng.choice(("pending", "delivered", "processed", "cancelled", "business",
@@ -358,7 +359,8 @@ _HOP_LINKS = ("Find the {link} linked to {what} {x}.", "Which {link} belongs to 
 
 
 def _call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    """An ACT output of one call, as the transcripts write it (``prompts.assistant_text``)."""
+    return assistant_text([ToolCall(name, arguments)])
 
 
 def _hop_sample(rng: random.Random, kind: str, said: str, arg: str, what: str,
@@ -381,9 +383,7 @@ def _hop_sample(rng: random.Random, kind: str, said: str, arg: str, what: str,
     text = (noise + " " + ask.format(what=what, x=said, link=link_what)).strip()
     return ([{"role": "user", "content": text},
              {"role": "assistant", "content": _call("lookup", {kind: arg})},
-             {"role": "user",
-              "content": f"<tool_response>\n{json.dumps(record)}\n</tool_response>"}],
-            answer)
+             tool_response_message([Observation(json.dumps(record))])], answer)
 
 
 def tau2_ids() -> frozenset[str]:
