@@ -128,7 +128,13 @@ class RolloutConfig:
     top_p: float = 1.0
     """Nucleus sampling in training."""
     grounding_drop_p: float = 0.3
-    """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training."""
+    """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training.
+
+    The SFT warm start draws its REHEARSE rows' grounding with the same probability
+    (``transcripts.build_transcripts``), and the micro tokenizer's corpus is those transcripts
+    (``micro.micro_corpus``). So on a micro profile a run that sets this also gets its own
+    tokenizer, copy base and warm start. To change it for RL only, make the warm start first
+    and pass it in (``envace-lite experiment --warmstart DIR``)."""
     grounding_scope: Literal["task", "seen"] = "task"
     """Which gold (call, observation) pairs REHEARSE's grounding holds: ``task`` (every user
     turn's, future ones included: the reference code) or ``seen`` (the current and earlier user
