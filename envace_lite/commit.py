@@ -6,27 +6,17 @@ paper's Non-TTS evaluation; with it, it is the single real run of paper §2.3: a
 message the policy first rehearses privately (``rehearsal.rehearse_turns``), then ACT continues
 in the real adapter with the memory m_x in its context.
 
-Each ACT prompt extends the episode's ACT token history exactly as training's ``rollout`` packs
-it: the sampled ids verbatim, then the template glue of the messages that joined since
-(``act_prompt``; docs/design.md, "Committed execution on training's tokens").
-
-Episodes of all tasks advance **turn-synchronously**: the episodes that just got a user message
-rehearse together (one batch per rehearsal step), then the ACT prompts of every live episode go to
-the generator in one batch (batched generation is about 8x faster on CPU, docs/design.md, "Machine
-facts"), and each reply is parsed and executed:
-
-- tool calls → ``env.step`` → one user-role ``<tool_response>`` message joins the history;
-- a text reply (or a reply that fails to parse, as BFCL's decoder failure does) → ``env.end_turn``;
-  the next scripted user message joins the history, or the episode ends;
-- it also ends on the turn limit, the context budget, or a terminal tool (telecom ``done``).
-
-**Write gate** (optional; docs/design.md, "Our additions beyond the paper"): a state-changing call
-is refused when it fails its tool's JSON schema, or when one of its identifier arguments
-(``IDENTIFIER_KEY``) has a value that does not occur verbatim in a user message or a real non-error
-observation of this episode (never the memory: imagined ids are exactly what the gate stops). The
-calls of one reply are judged against what was seen before that reply. A refused call is not
-executed; ACT gets
-``prompts.GATE_REFUSAL`` as an error observation, and ``gated_calls`` counts it.
+Committed execution is the ACT engine of training (``engine.run_turns``, the loop of
+``rollout(mode="real")``) on the same token ids (docs/design.md, "Committed execution on
+training's tokens"), with its own hooks (``_Committed``): before each turn, the episodes that
+just got a user message rehearse together and m_x joins (``apply_rehearsal``); the first prompt,
+and any prompt after the env's tool list changed (BFCL miss_func), is rendered from the messages
+(``act_prompt``); every call of a reply runs, through the write gate when the episode has one
+(``gate.WriteGate``: a refused call is not executed, ACT gets ``prompts.GATE_REFUSAL`` as an
+error observation, ``gated_calls`` counts it); a reply that fails to parse is a text reply (as
+BFCL's decoder failure is), counted in ``parse_errors``; a text reply goes to ``env.end_turn``;
+the env's ``done`` after a step ends the episode (``terminal_tool``). Each finished episode is
+scored at once and its row written (``on_row``).
 
 Usage::
 
@@ -39,93 +29,21 @@ Usage::
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from envace_lite import prompts, protocol
 from envace_lite.config import Config
+from envace_lite.engine import ActHooks, ActState, chat_glue, next_prompt, run_turns
 from envace_lite.envs import Env
+from envace_lite.gate import IDENTIFIER_KEY, WriteGate, identifiers
 from envace_lite.generation import Generator, chat_ids
 from envace_lite.progress import get_logger, progress
 from envace_lite.rehearsal import RehearsalExecuted, TurnRehearsal, rehearse_turns
-from envace_lite.rollout import chat_glue, ids_with_stop
 from envace_lite.types import DECODING, Observation, RehearsalMode, ToolCall, rehearsal_mode
 
 log = get_logger(__name__)
-
-IDENTIFIER_KEY = re.compile(r"(?:^|_)(?:id|ids|token|number|symbol)$|[a-z0-9](?:Id|Ids|ID|Token)$")
-"""Argument names (at any nesting level) whose values the write gate treats as identifiers of
-existing records: ``order_id``, ``item_ids``, ``receiver_id``, ``access_token``,
-``flight_number``, ``symbol``, ``userId``. Names that may create something new (``file_name``,
-``dir_name``, ``destination``) are not identifiers: a new name is, by nature, unseen."""
-
-
-# ---------------------------------------------------------------------------------------------
-# The write gate (docs/design.md, "Our additions beyond the paper")
-# ---------------------------------------------------------------------------------------------
-
-def identifiers(arguments: Any, key: str = "") -> list[tuple[str, str]]:
-    """``(argument name, value)`` for every identifier value in ``arguments``.
-
-    A value is an identifier when its nearest key matches ``IDENTIFIER_KEY``; strings (non-blank)
-    and integers count, inside lists and nested objects too. Booleans, floats and nulls never do.
-    """
-    out: list[tuple[str, str]] = []
-    if isinstance(arguments, dict):
-        for k, v in arguments.items():
-            out += identifiers(v, str(k))
-    elif isinstance(arguments, list):
-        for v in arguments:
-            out += identifiers(v, key)
-    elif key and IDENTIFIER_KEY.search(key):
-        if isinstance(arguments, str) and arguments.strip():
-            out.append((key, arguments.strip()))
-        elif isinstance(arguments, int) and not isinstance(arguments, bool):
-            out.append((key, str(arguments)))
-    return out
-
-
-class WriteGate:
-    """Refuses hallucinated or malformed writes during committed execution (docs/design.md,
-    "Our additions beyond the paper").
-
-    Args:
-        messages: the episode's initial messages (their user messages are seen).
-    """
-
-    def __init__(self, messages: list[dict[str, Any]] = ()) -> None:
-        self._seen: list[str] = []
-        self.see_messages(messages)
-
-    def see_messages(self, messages: list[dict[str, Any]]) -> None:
-        """Record the user messages among ``messages``."""
-        self._seen += [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
-
-    def see_observations(self, observations: list[Observation]) -> None:
-        """Record real observations; error observations are not sources of identifiers."""
-        self._seen += [o.content for o in observations if not o.error]
-
-    def check(self, call: ToolCall, env: Env, tools: list[dict[str, Any]]) -> str | None:
-        """Why ``call`` is refused, or None when it may run.
-
-        Only state-changing calls (``env.is_state_changing``) are judged: a schema failure
-        (``protocol.check_call`` against ``tools``), then each identifier value must occur
-        verbatim in a user message or a real non-error observation seen so far.
-        """
-        if not env.is_state_changing(call.name):
-            return None
-        problems = protocol.check_call(call.name, call.arguments, tools)
-        if problems:
-            return f"{call.name} fails its schema ({problems[0]})"
-        seen = "\n".join(self._seen)
-        for key, value in identifiers(call.arguments):
-            if value not in seen:
-                return (f"{call.name}: {key}={value!r} never appeared in a user message or a real "
-                        "tool result of this conversation")
-        return None
-
 
 # ---------------------------------------------------------------------------------------------
 # Committed execution
@@ -285,41 +203,6 @@ def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) ->
     return observations
 
 
-def _step_episode(ep: Episode, text: str, cfg: Config) -> None:
-    """Apply one ACT output to a live episode (execute calls or close the user turn)."""
-    tools = ep.env.tool_schemas()
-    parsed = protocol.parse_act(text, tools)
-    ep.turns += 1
-    ep.history.append({"role": "assistant", "content": text})
-    ep.act_history_len = len(ep.history)
-    if parsed.kind == "calls":
-        ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in parsed.calls)
-        ep.violations += sum(1 for c in parsed.calls if c.violations)
-        observations = _execute(ep, parsed.calls, tools)
-        if ep.env.done:
-            ep.stop_reason = "terminal_tool"
-            return
-        ep.history.append(protocol.tool_response_message(observations))
-    else:
-        if parsed.kind == "error":
-            ep.parse_errors += 1
-            log.info("%s: parse error %s (%s); treated as a text reply",
-                     ep.task_id, parsed.error_code.value, parsed.reason)
-        reply = text if parsed.kind == "error" else parsed.text
-        ep.events.append({"kind": "end_turn", "text": reply})
-        nxt = ep.env.end_turn(reply)
-        if nxt is None:
-            ep.stop_reason = "final_answer"
-            return
-        ep.user_turns += 1
-        ep.history.extend(nxt)
-        ep.needs_rehearsal = True
-        if ep.gate is not None:
-            ep.gate.see_messages(nxt)
-    if ep.turns >= cfg.eval.max_turns:
-        ep.stop_reason = "turn_limit"
-
-
 def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, Any]:
     """Score a finished episode with its benchmark, close its env, and build its row."""
     if not ep.seconds:
@@ -412,16 +295,117 @@ def act_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
     Returns:
         The prompt ids, shape (P,).
     """
-    tools = ep.env.tool_schemas()
-    if not ep.act_ids or tools != ep.act_tools:
+    return next_prompt(_Slot(0, ep), _Committed(tokenizer, cfg), tokenizer, chat_glue(tokenizer))
+
+
+class _Slot(ActState):
+    """The engine's view of one episode (``engine.ActState``); ``index``: its place in the run."""
+
+    def __init__(self, index: int, ep: Episode) -> None:
+        self.index, self.ep = index, ep
+        self.calls, self.observations, self.terminal_call = [], [], None
+        self.tools: list[dict[str, Any]] = []
+
+    act_ids = property(lambda s: s.ep.act_ids, lambda s, v: setattr(s.ep, "act_ids", v))
+    act_stopped = property(lambda s: s.ep.act_stopped,
+                           lambda s, v: setattr(s.ep, "act_stopped", v))
+    turns = property(lambda s: s.ep.turns, lambda s, v: setattr(s.ep, "turns", v))
+    stop_reason = property(lambda s: s.ep.stop_reason,
+                           lambda s, v: setattr(s.ep, "stop_reason", v))
+    env = property(lambda s: s.ep.env)
+
+
+class _Committed(ActHooks):
+    """The engine's rules in committed execution (``engine.ActHooks``).
+
+    ``before_act``: the live episodes that just got a user message rehearse (``rehearse``, when
+    given). ``render``: the first prompt, and any prompt after the env's tool list changed, is
+    rendered from the messages (``act_prompt``). Calls are parsed against the env's current tools
+    and all run, through the write gate (``_execute``); the env's ``done`` after a step is
+    ``terminal_tool``. A parse error is a text reply (counted in ``parse_errors``); a text reply
+    goes to ``env.end_turn``. ``stopped``: ``finish`` (score the episode, write its row).
+    """
+
+    stages: ClassVar[dict[str, str]] = {
+        "prompt": "act prompt", "output": "act output", "step": "act output",
+        "observations": "act output"}
+
+    def __init__(self, tokenizer: Any, cfg: Config, rehearse: Any = None,
+                 finish: Any = None) -> None:
+        self.tokenizer, self.cfg, self.rehearse, self.finish = tokenizer, cfg, rehearse, finish
+
+    def before_act(self, live: list[_Slot]) -> None:
+        todo = [x for x in live if x.ep.needs_rehearsal]
+        if self.rehearse is None or not todo:
+            return
+        self.rehearse([x.ep for x in todo])
+        for x in todo:
+            if x.ep.stop_reason == "error":
+                self.stopped(x)
+
+    def render(self, x: _Slot) -> list[int] | None:
+        ep, rc = x.ep, self.cfg.rollout
+        tools = ep.env.tool_schemas()
+        if ep.act_ids and tools == ep.act_tools:
+            return None
         ep.act_tools = tools
-        return chat_ids(tokenizer, protocol.act_messages(
-            ep.messages, tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars,
-            ep.history))
-    glue = chat_glue(tokenizer)
-    pending = ep.history[ep.act_history_len:]
-    return ep.act_ids + tokenizer.encode(glue.after_turn(ep.act_stopped, pending),
-                                         add_special_tokens=False)
+        return chat_ids(self.tokenizer, protocol.act_messages(
+            ep.messages, tools, rc.rendering, rc.compact_policy_chars, ep.history))
+
+    def pending(self, x: _Slot) -> list[dict[str, Any]]:
+        return x.ep.history[x.ep.act_history_len:]
+
+    def join(self, x: _Slot, messages: list[dict[str, Any]]) -> None:
+        x.ep.history.extend(messages)
+
+    def tools(self, x: _Slot) -> list[dict[str, Any]]:
+        x.tools = x.ep.env.tool_schemas()
+        return x.tools
+
+    def on_output(self, x: _Slot, prompt: list[int], out: Any, ids: list[int],
+                  parsed: protocol.ActParse) -> None:
+        x.ep.history.append({"role": "assistant", "content": out.text})
+        x.ep.act_history_len = len(x.ep.history)
+
+    def parse_error(self, x: _Slot, text: str, parsed: protocol.ActParse, turn: int) -> str:
+        x.ep.parse_errors += 1
+        log.info("%s: parse error %s (%s); treated as a text reply",
+                 x.ep.task_id, parsed.error_code.value, parsed.reason)
+        return text
+
+    def user_turn(self, x: _Slot, text: str) -> list[dict[str, Any]] | None:
+        ep = x.ep
+        ep.events.append({"kind": "end_turn", "text": text})
+        nxt = ep.env.end_turn(text)
+        if nxt is None:
+            return None
+        ep.user_turns += 1
+        ep.needs_rehearsal = True
+        if ep.gate is not None:
+            ep.gate.see_messages(nxt)
+        return nxt
+
+    def route_calls(self, x: _Slot, calls: list[ToolCall], turn: int) -> None:
+        ep = x.ep
+        ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in calls)
+        ep.violations += sum(1 for c in calls if c.violations)
+        x.calls = list(calls)
+
+    def execute(self, x: _Slot) -> None:
+        x.observations = _execute(x.ep, x.calls, x.tools)
+
+    def step_stop(self, x: _Slot) -> str:
+        return "terminal_tool" if x.ep.env.done else ""
+
+    def stopped(self, x: _Slot) -> None:
+        if x.ep.stop_reason == "context_budget":
+            log.info("%s: its ACT prompt is over the budget of %d tokens; episode ends",
+                     x.ep.task_id, self.cfg.rollout.max_prompt_tokens)
+        if self.finish is not None:
+            self.finish(x.index, x.ep)
+
+    def fail(self, x: _Slot, where: str, exc: BaseException) -> None:
+        _fail(x.ep, where, exc)
 
 
 def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
@@ -463,7 +447,6 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
     rgen = rehearsal_generator or generator
     rtok = rehearsal_tokenizer if rehearsal_tokenizer is not None else tokenizer
     temperature, top_p = DECODING[cfg.eval.decoding]
-    budget = cfg.rollout.max_prompt_tokens
     rows: dict[int, dict[str, Any]] = {}
     bar = progress(total=len(episodes), desc=f"episodes ({mode})", enabled=cfg.run.progress)
 
@@ -473,47 +456,14 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         if on_row is not None:
             on_row(rows[i])
 
-    while True:
-        if mode != "none":
-            todo = [ep for ep in episodes if ep.live and ep.needs_rehearsal]
-            if todo:
-                _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
-                for i, ep in enumerate(episodes):
-                    if ep.stop_reason == "error" and i not in rows:
-                        finish(i, ep)
-        live, prompt_ids = [], []
-        for i, ep in enumerate(episodes):
-            if not ep.live:
-                continue
-            try:
-                ids = act_prompt(ep, tokenizer, cfg)
-            except Exception as exc:  # noqa: BLE001 (this episode ends; the batch goes on)
-                _fail(ep, "act prompt", exc)
-                finish(i, ep)
-                continue
-            if len(ids) > budget:
-                ep.stop_reason = "context_budget"
-                log.info("%s: prompt of %d tokens is over the budget of %d; episode ends",
-                         ep.task_id, len(ids), budget)
-                finish(i, ep)
-                continue
-            live.append((i, ep))
-            prompt_ids.append(ids)
-        if not live:
-            break
-        outs = generator.generate(prompt_ids, role="act",
-                                  max_new_tokens=cfg.rollout.max_new_tokens_act,
-                                  temperature=temperature, top_p=top_p)
-        glue = chat_glue(tokenizer)
-        for (i, ep), prompt, out in zip(live, prompt_ids, outs):
-            try:
-                sampled = ids_with_stop(out, glue)
-                ep.act_ids, ep.act_stopped = prompt + sampled, len(sampled) > len(out.ids)
-                _step_episode(ep, out.text, cfg)
-            except Exception as exc:  # noqa: BLE001 (this episode ends; the batch goes on)
-                _fail(ep, "act output", exc)
-            if not ep.live:
-                finish(i, ep)
+    def rehearse(todo: list[Episode]) -> None:
+        _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
+
+    hooks = _Committed(tokenizer, cfg, rehearse if mode != "none" else None, finish)
+    run_turns([_Slot(i, ep) for i, ep in enumerate(episodes)], generator, tokenizer, hooks,
+              max_new_tokens=cfg.rollout.max_new_tokens_act, temperature=temperature,
+              top_p=top_p, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+              max_turns=cfg.eval.max_turns)
     bar.close()
     for i, ep in enumerate(episodes):  # episodes that were already over when passed in
         if i not in rows:

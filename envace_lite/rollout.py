@@ -10,7 +10,9 @@ rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, r
   trajectory owns a fresh env on ``Trajectory.env``; ``close_envs`` after scoring);
   ``frozen_simulator`` (``simulator``, the frozen initial policy, runs the same REHEARSE prompt).
 - Turn-synchronous batching: all live ACT prompts go to ONE ``generate`` call, then all their
-  REHEARSE prompts to ONE more; finished trajectories drop out.
+  REHEARSE prompts to ONE more; finished trajectories drop out. The ACT loop is the engine that
+  committed execution also runs (``engine.run_turns``); training's rules are its hooks
+  (``_Training``; docs/design.md, "Committed execution on training's tokens").
 - Packing: ``act_ids`` is append-only: each ACT output's sampled ids verbatim (mask 1, plus the
   template's end-of-turn id when it stopped), then glue (mask 0) derived from the tokenizer's own
   chat template (``chat_glue``): the turn's closing, a user message with the ``<tool_response>``
@@ -50,10 +52,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from envace_lite import protocol
 from envace_lite.config import Config
+from envace_lite.engine import ActHooks, ActState, ChatGlue, chat_glue, ids_with_stop, run_turns
 from envace_lite.envs import Env, make_env
 from envace_lite.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger
@@ -78,103 +81,27 @@ TERMINAL_TOOLS = {"tau2-telecom": frozenset({"done"})}
 """Terminal pseudo-tools per suite, when no env is at hand (``Env.terminal_tools`` otherwise)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Template glue, derived once per tokenizer from its own chat template
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ChatGlue:
-    """The text a ChatML-like template puts around messages (e.g. Qwen3, SmolLM2).
-
-    Attributes:
-        gen_prompt: the assistant generation prompt (Qwen3: ``<|im_start|>assistant\\n<think>\\n\\n
-            </think>\\n\\n`` with thinking off).
-        user_prefix, user_suffix: around a user message's content.
-        assistant_suffix: after an assistant message's content (``<|im_end|>\\n``).
-        eot_id: the end-of-turn token that starts ``assistant_suffix`` (None if it is not one
-            added token); eot_text: its text.
-    """
-
-    gen_prompt: str
-    user_prefix: str
-    user_suffix: str
-    assistant_suffix: str
-    eot_id: int | None
-    eot_text: str
-
-    def close(self, stopped: bool) -> str:
-        """Glue that closes an assistant turn after its sampled ids (+ eot when it stopped)."""
-        if stopped and self.eot_id is not None:
-            return self.assistant_suffix[len(self.eot_text):]
-        return self.assistant_suffix
-
-    def after_turn(self, stopped: bool, messages: list[dict[str, Any]]) -> str:
-        """Close the assistant turn, wrap ``messages`` as user messages, open the next turn."""
-        body = "".join(f"{self.user_prefix}{m['content']}{self.user_suffix}" for m in messages)
-        return self.close(stopped) + body + self.gen_prompt
-
-
-_PROBE = "ENVACE-PROBE-7f3a"
-_GLUE: dict[tuple, ChatGlue] = {}
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]], gen: bool) -> str:
-    kw = {"enable_thinking": False} if "enable_thinking" in (tokenizer.chat_template or "") else {}
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen, **kw)
-
-
-def chat_glue(tokenizer: Any) -> ChatGlue:
-    """Derive the glue by diffing probe renderings of the tokenizer's template (cached).
-
-    Raises:
-        ValueError: the template is not append-only (a later message rewrites earlier text).
-    """
-    key = (id(tokenizer), tokenizer.chat_template, len(tokenizer))
-    if key in _GLUE:
-        return _GLUE[key]
-    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-    r0 = _render(tokenizer, base, False)
-    gen = _render(tokenizer, base, True)
-    user = _render(tokenizer, base + [{"role": "user", "content": _PROBE}], False)
-    asst = _render(tokenizer, base + [{"role": "assistant", "content": _PROBE}], False)
-    if not all(r.startswith(r0) for r in (gen, user, asst)) \
-            or _PROBE not in user[len(r0):] or _PROBE not in asst[len(r0):]:
-        raise ValueError("the chat template is not append-only (ChatML-like); the packed ACT "
-                         "history cannot be built from it: use a Qwen3 or SmolLM2 tokenizer")
-    user_prefix, user_suffix = user[len(r0):].split(_PROBE)
-    asst_prefix, asst_suffix = asst[len(r0):].split(_PROBE)
-    if asst_prefix != gen[len(r0):]:
-        log.warning("template renders assistant turns as %r but prompts with %r; the packed "
-                    "history follows the generation prompt", asst_prefix, gen[len(r0):])
-    eot_id, eot_text = None, ""
-    ids = tokenizer.encode(asst_suffix, add_special_tokens=False)
-    if ids:
-        text = tokenizer.decode([ids[0]])
-        if text in tokenizer.get_added_vocab() and asst_suffix.startswith(text):
-            eot_id, eot_text = ids[0], text
-    glue = ChatGlue(gen[len(r0):], user_prefix, user_suffix, asst_suffix, eot_id, eot_text)
-    _GLUE[key] = glue
-    return glue
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine
-# ---------------------------------------------------------------------------------------------
-
 @dataclass
-class _Live:
-    """Per-trajectory state of ``rollout`` besides the record itself."""
+class _Live(ActState):
+    """Per-trajectory state of ``rollout`` besides the record itself (the engine's ``ActState``:
+    ``act_ids``, ``turns``, ``stop_reason`` and ``env`` are the trajectory's own)."""
 
     traj: Trajectory
     messages: list[dict[str, Any]]  # plain conversation, no system prompt (REHEARSE history)
     grounding: list[list[dict[str, Any]]] | None  # per user turn; None: dropped (``<unavailable>``)
     terminal: frozenset[str]
     user_turn: int = 0
-    stopped: bool = True  # the last output ended on a stop token
+    act_stopped: bool = True  # the last output ended on a stop token
     calls: list[ToolCall] = field(default_factory=list)  # this turn's calls to rehearse/execute
     observations: list[Observation] = field(default_factory=list)
     terminal_call: ToolCall | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages for this turn's glue
+
+    act_ids = property(lambda s: s.traj.act_ids, lambda s, v: setattr(s.traj, "act_ids", v))
+    turns = property(lambda s: s.traj.turns, lambda s, v: setattr(s.traj, "turns", v))
+    stop_reason = property(lambda s: s.traj.stop_reason,
+                           lambda s, v: setattr(s.traj, "stop_reason", v))
+    env = property(lambda s: s.traj.env)
 
 
 def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
@@ -184,13 +111,6 @@ def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
         return None
     turns = s.grounding if rc.grounding_scope == "task" else s.grounding[:s.user_turn + 1]
     return [g for turn in turns for g in turn]
-
-
-def ids_with_stop(out: Completion, glue: ChatGlue) -> list[int]:
-    """The sampled ids as the ACT history keeps them: verbatim, plus the template's end-of-turn id
-    when the output stopped on a stop token (whichever stop id the generator hit)."""
-    stop = out.finish_reason == "stop" and glue.eot_id is not None
-    return list(out.ids) + ([glue.eot_id] if stop else [])
 
 
 def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalParse]:
@@ -248,7 +168,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
         raise ValueError("mode='frozen_simulator' needs simulator= (the frozen initial policy)")
     if mode == "real" and env_factory is None:
         env_factory = lambda task: make_env(task.suite, task.id)
-    rc, glue, rng, started = cfg.rollout, chat_glue(tokenizer), random.Random(seed), time.time()
+    rc, rng, started = cfg.rollout, random.Random(seed), time.time()
     lives: list[_Live] = []
     for task in tasks:
         try:
@@ -276,39 +196,9 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
             lives.append(_Live(t, list(plain), task.grounding if gold else None,
                                frozenset(terminal)))
 
-    sync = rc.sync_generate_calls  # finished ranks keep turning with empty calls (any_rank)
-    while True:
-        live = [s for s in lives if not s.traj.stop_reason]
-        if not (any_rank(bool(live)) if sync else live):
-            break
-        # ---- ACT: one generate call for every live trajectory ----------------------------------
-        prompts = [list(s.traj.act_ids) for s in live]
-        outs = generator.generate(prompts, role="act", max_new_tokens=rc.max_new_tokens_act,
-                                  temperature=rc.temperature, top_p=rc.top_p)
-        for s, prompt, out in zip(live, prompts, outs):
-            _guarded(s, "act output", _act, s, prompt, out, glue, cfg)
-        # ---- REHEARSE (or real execution): one generate call for every call of the turn --------
-        acting = [s for s in live if s.calls or s.terminal_call is not None]
-        if mode == "real":
-            for s in acting:
-                _guarded(s, "env step", _execute, s)
-        else:
-            frozen = mode == "frozen_simulator"
-            _rehearse(acting, simulator if frozen else generator, tokenizer, cfg,
-                      "frozen_simulator" if frozen else "rehearsed", always_call=sync)
-        for s in acting:
-            if s.traj.stop_reason == "error":
-                continue
-            if s.terminal_call is not None:
-                s.traj.stop_reason = "terminal_tool"
-            elif s.traj.env is not None and s.traj.env.done and mode == "real":
-                s.traj.stop_reason = "env_done"
-            else:
-                _guarded(s, "observations", _append_observations, s)
-        # ---- glue: close the turn, append observations / next user turn ----------------------
-        for s in live:
-            _guarded(s, "glue", _advance, s, glue, tokenizer, rc)
-
+    run_turns(lives, generator, tokenizer, _Training(cfg, mode, generator, simulator, tokenizer),
+              max_new_tokens=rc.max_new_tokens_act, temperature=rc.temperature, top_p=rc.top_p,
+              max_prompt_tokens=rc.max_prompt_tokens, max_turns=rc.max_turns)
     stats = rollout_stats([s.traj for s in lives])
     log.info("rollout %s: %d trajectories in %.1f s; stops %s; parse errors act %d/%d, rehearse "
              "%d/%d", mode, len(lives), time.time() - started,
@@ -318,80 +208,118 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     return [s.traj for s in lives]
 
 
-def _act(s: _Live, prompt: list[int], out: Completion, glue: ChatGlue, cfg: Any) -> None:
-    """Record one ACT output, parse it, and route it: stop, close the user turn, or calls."""
-    t = s.traj
-    parsed = protocol.parse_act(out.text, t.task.tools)
-    ids = ids_with_stop(out, glue)
-    t.outputs.append(Output(
-        "act", t.turns, prompt, ids, out.text, logprobs=out.logprobs, parse_kind=parsed.kind,
-        error_code=parsed.error_code.value, empty=parsed.error_code == ErrorCode.EMPTY,
-        finish_reason=out.finish_reason, user_turn=s.user_turn))
-    t.act_spans.append((len(t.act_ids), len(t.act_ids) + len(ids)))
-    t.act_ids += ids
-    t.act_mask += [1] * len(ids)
-    s.stopped = len(ids) > len(out.ids)
-    s.messages.append({"role": "assistant", "content": out.text})
-    s.calls, s.observations, s.terminal_call, s.pending = [], [], None, []
-    turn, t.turns = t.turns, t.turns + 1
-    if parsed.kind == "error":
-        t.stop_reason = "parse_error"
-        log.debug("%s #%d turn %d: ACT parse error %s (%s): %r", t.task.id, t.index, turn,
-                  parsed.error_code.value, parsed.reason, out.text[:120])
-    elif parsed.kind == "final":
-        _close_user_turn(s, parsed.text, cfg)
-    else:
-        for j, call in enumerate(parsed.calls):
+class _Training(ActHooks):
+    """The engine's rules in training (``engine.ActHooks``): the task's tools; calls get
+    ``call_<turn>_<k>`` ids and the first terminal call ends the reply; a parse error stops the
+    trajectory; user turns are replayed (``_close_user_turn``); real mode steps the env, the other
+    modes rehearse every call of the turn in one batch (``_rehearse``)."""
+
+    stages: ClassVar[dict[str, str]] = {
+        "prompt": "glue", "output": "act output", "step": "env step",
+        "observations": "observations"}
+
+    def __init__(self, cfg: Config, mode: str, generator: Generator, simulator: Generator | None,
+                 tokenizer: Any) -> None:
+        self.cfg, self.mode, self.tokenizer = cfg, mode, tokenizer
+        self.sync = cfg.rollout.sync_generate_calls  # finished ranks keep turning (any_rank)
+        self.rehearser = simulator if mode == "frozen_simulator" else generator
+
+    def keep_turning(self, acting: bool) -> bool:
+        return any_rank(acting) if self.sync else acting
+
+    def pending(self, s: _Live) -> list[dict[str, Any]]:
+        return s.pending
+
+    def join(self, s: _Live, messages: list[dict[str, Any]]) -> None:
+        s.pending.extend(messages)
+        s.messages.extend(messages)
+
+    def tools(self, s: _Live) -> list[dict[str, Any]]:
+        return s.traj.task.tools
+
+    def on_output(self, s: _Live, prompt: list[int], out: Completion, ids: list[int],
+                  parsed: protocol.ActParse) -> None:
+        """Record the output (``Output``), its span and mask: 0 for the glue, 1 for its ids."""
+        t = s.traj
+        t.outputs.append(Output(
+            "act", t.turns, prompt, ids, out.text, logprobs=out.logprobs,
+            parse_kind=parsed.kind, error_code=parsed.error_code.value,
+            empty=parsed.error_code == ErrorCode.EMPTY, finish_reason=out.finish_reason,
+            user_turn=s.user_turn))
+        t.act_spans.append((len(prompt), len(prompt) + len(ids)))
+        t.act_mask += [0] * (len(prompt) - len(t.act_mask)) + [1] * len(ids)
+        s.messages.append({"role": "assistant", "content": out.text})
+        s.pending = []
+
+    def parse_error(self, s: _Live, text: str, parsed: protocol.ActParse,
+                    turn: int) -> str | None:
+        s.traj.stop_reason = "parse_error"
+        log.debug("%s #%d turn %d: ACT parse error %s (%s): %r", s.traj.task.id, s.traj.index,
+                  turn, parsed.error_code.value, parsed.reason, text[:120])
+        return None
+
+    def user_turn(self, s: _Live, text: str) -> list[dict[str, Any]] | None:
+        return _close_user_turn(s, text, self.cfg)
+
+    def route_calls(self, s: _Live, calls: list[ToolCall], turn: int) -> None:
+        for j, call in enumerate(calls):
             call.call_id = f"call_{turn}_{j}"
             if call.name in s.terminal:
                 s.terminal_call = call
                 break
             s.calls.append(call)
 
+    def observe(self, acting: list[_Live]) -> None:
+        if self.mode == "real":
+            super().observe(acting)
+        else:
+            frozen = self.mode == "frozen_simulator"
+            _rehearse(acting, self.rehearser, self.tokenizer, self.cfg,
+                      "frozen_simulator" if frozen else "rehearsed", always_call=self.sync)
 
-def _append_observations(s: _Live) -> None:
-    msg = protocol.tool_response_message(s.observations)
-    s.pending.append(msg)
-    s.messages.append(msg)
+    def execute(self, s: _Live) -> None:
+        """Real mode: ``env.step`` the calls (and the terminal call, which it never counts)."""
+        t = s.traj
+        batch = s.calls + ([s.terminal_call] if s.terminal_call is not None else [])
+        s.observations = list(t.env.step(batch))[:len(s.calls)]
+        t.real_calls = t.env.real_calls
+        for call, obs in zip(s.calls, s.observations):
+            t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, "real"))
+
+    def step_stop(self, s: _Live) -> str:
+        if s.terminal_call is not None:
+            return "terminal_tool"
+        if s.traj.env is not None and s.traj.env.done and self.mode == "real":
+            return "env_done"
+        return ""
+
+    def fail(self, s: _Live, where: str, exc: BaseException) -> None:
+        _fail(s, where, exc)
 
 
-def _close_user_turn(s: _Live, text: str, cfg: Any) -> None:
-    """A final answer: end the episode, or replay the next user turn (gated or always)."""
+def _close_user_turn(s: _Live, text: str, cfg: Any) -> list[dict[str, Any]] | None:
+    """A final answer: the next user turn's messages (real: ``env.end_turn``; else the reference
+    turn, gated or always), or None when the trajectory ends (``gate_closed`` set here)."""
     t, u = s.traj, s.user_turn
     t.final_texts[u] = text
     if t.mode == "real":
         nxt = t.env.end_turn(text)
         if nxt is None:
-            t.stop_reason = "final_answer"
-            return
+            return None
     else:
         if u + 1 >= len(t.task.user_turns):
-            t.stop_reason = "final_answer"
-            return
+            return None
         if cfg.rollout.user_replay == "gated":
             items = t.task.checklist[u] if u < len(t.task.checklist) else []
             verdicts = judge_turn(items, [st for st in t.steps if st.user_turn == u], text, True)
             if not all(v for it, v in zip(items, verdicts) if it.required_for_next_turn):
                 t.stop_reason = "gate_closed"
-                return
+                return None
         nxt = t.task.user_turns[u + 1]
     s.user_turn += 1
     t.user_turns_reached += 1
     t.final_texts.append("")
-    for m in nxt:
-        msg = {"role": "user", "content": str(m.get("content") or "")}
-        s.pending.append(msg)
-        s.messages.append(msg)
-
-
-def _execute(s: _Live) -> None:
-    """Real mode: ``env.step`` the turn's calls (and the terminal call, which it never counts)."""
-    t = s.traj
-    batch = s.calls + ([s.terminal_call] if s.terminal_call is not None else [])
-    s.observations = list(t.env.step(batch))[:len(s.calls)]
-    t.real_calls = t.env.real_calls
-    for call, obs in zip(s.calls, s.observations):
-        t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, "real"))
+    return [{"role": "user", "content": str(m.get("content") or "")} for m in nxt]
 
 
 def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
@@ -475,22 +403,6 @@ def any_rank(live: bool) -> bool:
     return bool(flag.item())
 
 
-def _advance(s: _Live, glue: ChatGlue, tokenizer: Any, rc: Any) -> None:
-    """After a turn: stop on the turn limit or the budget, else append the glue (mask 0)."""
-    t = s.traj
-    if t.stop_reason:
-        return
-    if t.turns >= rc.max_turns:
-        t.stop_reason = "turn_limit"
-        return
-    ids = tokenizer.encode(glue.after_turn(s.stopped, s.pending), add_special_tokens=False)
-    if len(t.act_ids) + len(ids) > rc.max_prompt_tokens:
-        t.stop_reason = "context_budget"
-        return
-    t.act_ids += ids
-    t.act_mask += [0] * len(ids)
-
-
 # ---------------------------------------------------------------------------------------------
 # Bookkeeping
 # ---------------------------------------------------------------------------------------------
@@ -535,6 +447,7 @@ __all__ = [
     "any_rank",
     "chat_glue",
     "close_envs",
+    "ids_with_stop",
     "rehearsal_observation",
     "rollout",
     "rollout_stats",
