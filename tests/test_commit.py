@@ -76,3 +76,43 @@ def test_committed_act_prompts_equal_training_act_prompts(task, template):
         assert tok.decode(training[1]).replace(THINK, "", 1) == tok.decode(rerendered)
     else:
         assert rerendered == training[1]
+
+
+def test_committed_execution_and_real_rollout_run_one_engine(task, monkeypatch):
+    """With neutral committed hooks (no gate, no rehearsal, no parse error), committed execution
+    and ``rollout(mode="real")`` on the same scripted outputs go through the same engine step
+    (``engine._act_output``) with the same prompts, end on the same ACT token history, and make
+    the same real env calls with the same observations."""
+    from envace_lite import engine
+
+    tok = qwen3_tokenizer()
+    cfg = get_config("smoke", {"rollout.max_new_tokens_act": 512, "rollout.max_turns": 10,
+                               "eval.max_turns": 10, "rollout.max_prompt_tokens": 100_000,
+                               "model.context_window": 200_000})
+    script = gold_script(task)
+    steps: list[tuple[str, list[int], str]] = []
+    act_output = engine._act_output
+
+    def spy(x, hooks, prompt, out, glue):
+        steps.append((type(hooks).__name__, list(prompt), out.text))
+        return act_output(x, hooks, prompt, out, glue)
+
+    monkeypatch.setattr(engine, "_act_output", spy)
+    (traj,) = rollout([task], ScriptedGenerator({"act": script}, tok), tok, cfg, k=1, mode="real")
+    close_envs([traj])
+    env = make_env(task.suite, task.id)
+    ep = Episode(task.suite, task.id, 0, env, env.reset())
+    [row] = run_committed(ScriptedGenerator({"act": script}, tok), tok, [ep], cfg)
+
+    training = [(p, t) for hooks, p, t in steps if hooks == "_Training"]
+    committed = [(p, t) for hooks, p, t in steps if hooks == "_Committed"]
+    assert len(training) == len(committed) == len(script) == 4
+    assert committed == training
+    assert ep.act_ids == traj.act_ids
+    executed = [(c["name"], c["arguments"]) for e in ep.events if e["kind"] == "step"
+                for c in e["calls"]]
+    observed = [o["content"] for e in ep.events if e["kind"] == "step" for o in e["observations"]]
+    assert executed == [(s.call.name, s.call.arguments) for s in traj.steps]
+    assert observed == [s.observation.content for s in traj.steps]
+    assert row["real_calls"] == traj.real_calls == len(executed) > 0
+    assert row["stop_reason"] == traj.stop_reason == "final_answer"
