@@ -50,7 +50,7 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""ChatML, append-only (``rollout.chat_glue`` derives its glue from it); ``chatml_text``
+"""ChatML, append-only (``engine.chat_glue`` derives its glue from it); ``chatml_text``
 renders the same text without a tokenizer."""
 
 _RECIPE = 1
