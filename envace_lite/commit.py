@@ -321,8 +321,8 @@ class _Committed(ActHooks):
     ``before_act``: the live episodes that just got a user message rehearse (``rehearse``, when
     given). ``render``: the first prompt, and any prompt after the env's tool list changed, is
     rendered from the messages (``act_prompt``). Calls are parsed against the env's current tools
-    and all run, through the write gate when the episode has one (``_execute``); the env's ``done`` after a step is
-    ``terminal_tool``. A parse error is a text reply (counted in ``parse_errors``); a text reply
+    and all run, through the write gate when the episode has one (``_execute``); the env's
+    ``done`` after a step is ``terminal_tool``. A parse error is a text reply (counted in ``parse_errors``); a text reply
     goes to ``env.end_turn``. ``stopped``: ``finish`` (score the episode, write its row).
     """
 
