@@ -214,6 +214,11 @@ class GRPOConfig:
     judge: Literal["rule", "llm"] = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
     judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
+    reward_control: Literal["none", "shuffle"] = "none"
+    """A control run, beyond the paper: ``shuffle`` permutes the trajectory rewards inside each
+    task's group after judging (``rewards.shuffle_rewards``), so that the advantages keep their
+    size but carry no information about what the trajectory did. A held-out change under it is
+    what the update does without a learning signal. ``none``: the judged rewards."""
     judge_url: str = ""
     """``llm`` judge: OpenAI-compatible endpoint root, e.g. ``http://127.0.0.1:8001/v1``."""
     judge_model: str = ""

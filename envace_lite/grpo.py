@@ -63,8 +63,11 @@ from envace_lite.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import Config
+from envace_lite.progress import get_logger
 from envace_lite.rows import Rows, build_rows, collate_rows, length_buckets, output_lengths
 from envace_lite.types import ROLES, TRAIN_MODES, RolloutMode, TrainMode, Trajectory
+
+log = get_logger(__name__)
 
 ROLLOUT_MODE: dict[TrainMode, RolloutMode] = {
     "shared": "rehearse", "per_role": "rehearse", "act_only": "frozen_simulator",
@@ -269,7 +272,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     def _rollout(self, tasks: list[Any], k: int, step: int) -> list[Trajectory]:
         if self._rollout_fn is not None:
             return self._rollout_fn(tasks, k, step)
-        from envace_lite.rewards import LLMJudge, score_trajectories
+        from envace_lite.rewards import LLMJudge, score_trajectories, shuffle_rewards
         from envace_lite.rollout import close_envs, rollout
 
         with self._generation_weights():
@@ -281,6 +284,10 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
+        if g.reward_control == "shuffle":
+            changed = shuffle_rewards(trajs, self.cfg.run.seed * 100_003 + step)
+            log.info("step %d: reward control 'shuffle' moved %d of %d trajectory rewards",
+                     step, changed, len(trajs))
         close_envs(trajs)
         return trajs
 

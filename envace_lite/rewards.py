@@ -379,6 +379,42 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
             "reward_mean": sum(valid) / len(valid) if valid else None}
 
 
+def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
+    """Permute the valid trajectory rewards inside each task's group (a null-signal control).
+
+    A control, not the method (``cfg.grpo.reward_control="shuffle"``): each group (the
+    trajectories of one ``task.id``) keeps its multiset of rewards, so its baseline and the size
+    of its advantages are unchanged, but which trajectory gets which reward is random. Masked
+    trajectories (``reward_valid`` False) stay masked and out of the permutation; rewards never
+    move between tasks. ``reward_details`` stay with their trajectory and gain
+    ``shuffled_from`` (the judged reward before the permutation).
+
+    Args:
+        trajs: judged trajectories (``score_trajectories`` first).
+        seed: the permutation's seed (``random.Random``); the trainer passes one per step.
+
+    Returns:
+        The number of trajectories whose reward changed.
+    """
+    import random
+
+    rng = random.Random(seed)
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.reward_valid:
+            groups.setdefault(t.task.id, []).append(t)
+    changed = 0
+    for tid in sorted(groups):
+        group = groups[tid]
+        rewards = [t.reward for t in group]
+        rng.shuffle(rewards)
+        for t, r in zip(group, rewards):
+            changed += int(r != t.reward)
+            t.reward_details = {**(t.reward_details or {}), "shuffled_from": t.reward}
+            t.reward = r
+    return changed
+
+
 def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
     """One reward per output of ``traj.outputs``, in order (docs/design.md, "Training").
 
@@ -424,5 +460,6 @@ __all__ = [
     "output_valid",
     "probe_judge",
     "score_trajectories",
+    "shuffle_rewards",
     "verifiable_reward",
 ]

@@ -20,6 +20,7 @@ from envace_lite.rewards import (
     output_rewards,
     output_valid,
     score_trajectories,
+    shuffle_rewards,
 )
 from envace_lite.types import ChecklistItem, Observation, Output, Step, Task, ToolCall, Trajectory
 
@@ -358,3 +359,43 @@ def test_verifiable_rewards_use_env_score_and_mask_crashes():
         score_trajectories([traj([], [""], 1)], "verifiable")
     with pytest.raises(ValueError, match="judge="):
         score_trajectories([good], "magic")
+
+
+def _judged(tid: str, rewards: list) -> list[Trajectory]:
+    out = []
+    for i, r in enumerate(rewards):
+        t = Trajectory(task(), i)
+        t.task = Task(tid, "toy", "train", [], [], [], [], [], [])
+        t.reward, t.reward_valid = r, r is not None
+        t.reward_details = {"judge": "rule"}
+        out.append(t)
+    return out
+
+
+def test_shuffle_rewards_permutes_inside_each_group_only():
+    a = _judged("a", [0.0, 0.0, 1.0, None])        # the None is a masked trajectory
+    b = _judged("b", [0.5, 0.25])
+    changed = shuffle_rewards(a + b, seed=3)
+    assert sorted(t.reward for t in a[:3]) == [0.0, 0.0, 1.0]
+    assert sorted(t.reward for t in b) == [0.25, 0.5]
+    assert a[3].reward is None and a[3].reward_valid is False
+    assert [t.reward_details["shuffled_from"] for t in a[:3] + b] == [0.0, 0.0, 1.0, 0.5, 0.25]
+    assert "shuffled_from" not in a[3].reward_details
+    moved = sum(t.reward != t.reward_details["shuffled_from"] for t in a[:3] + b)
+    assert changed == moved
+    # deterministic by seed, and over seeds the 1.0 lands on every member of its group
+    again = _judged("a", [0.0, 0.0, 1.0, None]) + _judged("b", [0.5, 0.25])
+    shuffle_rewards(again, seed=3)
+    assert [t.reward for t in again] == [t.reward for t in a + b]
+    where = set()
+    for seed in range(40):
+        g = _judged("a", [0.0, 0.0, 1.0])
+        shuffle_rewards(g, seed)
+        where.add([t.reward for t in g].index(1.0))
+    assert where == {0, 1, 2}
+
+
+def test_shuffle_rewards_of_all_equal_groups_moves_nothing():
+    g = _judged("a", [0.5, 0.5, 0.5]) + _judged("b", [0.0, 0.0])
+    assert shuffle_rewards(g, seed=0) == 0
+    assert [t.reward for t in g] == [0.5, 0.5, 0.5, 0.0, 0.0]
