@@ -272,7 +272,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     def _rollout(self, tasks: list[Any], k: int, step: int) -> list[Trajectory]:
         if self._rollout_fn is not None:
             return self._rollout_fn(tasks, k, step)
-        from envace_lite.rewards import LLMJudge, score_trajectories, shuffle_rewards
         from envace_lite.rollout import close_envs, rollout
 
         with self._generation_weights():
@@ -280,7 +279,20 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             trajs = rollout(tasks, generator, self.processing_class, self.cfg, k=k,
                             mode=ROLLOUT_MODE[self.mode], simulator=simulator,
                             seed=self.cfg.run.seed * 100_003 + step)
-        # the checklist judge in every mode, so that the Fig. 3 ablations share one reward
+        self._score(trajs, step)
+        close_envs(trajs)
+        return trajs
+
+    def _score(self, trajs: list[Trajectory], step: int) -> None:
+        """Judge each trajectory's task reward in place, then apply ``grpo.reward_control``.
+
+        The checklist judge runs in every mode, so that the paper's Fig. 3 ablations share one
+        reward. With ``reward_control="shuffle"`` (a control beyond the paper) the judged rewards
+        are then permuted inside each task's group (``rewards.shuffle_rewards``, seeded
+        ``run.seed * 100_003 + step``, the rollout's seed), and the count moved is logged.
+        """
+        from envace_lite.rewards import LLMJudge, score_trajectories, shuffle_rewards
+
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
@@ -288,8 +300,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             changed = shuffle_rewards(trajs, self.cfg.run.seed * 100_003 + step)
             log.info("step %d: reward control 'shuffle' moved %d of %d trajectory rewards",
                      step, changed, len(trajs))
-        close_envs(trajs)
-        return trajs
 
     # ---- rows, advantages, weights (the override) -------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -421,3 +421,39 @@ def test_per_role_checkpoint_restores_the_rehearse_policy(tok, tmp_path):
     assert not any(torch.equal(a, b) for a, b in zip(trained, again))
     fresh._load_from_checkpoint(str(tmp_path / "a" / "checkpoint-1"))
     assert all(torch.equal(a, b) for a, b in zip(trained, again))
+
+
+@pytest.mark.parametrize("control", ["none", "shuffle"])
+def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeypatch, control):
+    # the judge is stubbed to give task x the rewards 1, 0.25, 0.5 and task y 0.75, (masked), 0;
+    # "shuffle" must then permute them inside each task, seeded run.seed * 100_003 + step
+    import envace_lite.rewards as rewards_mod
+
+    trajs = six_trajs(tok)
+    judged = {("x", 0): 1.0, ("x", 1): 0.25, ("x", 2): 0.5, ("y", 0): 0.75, ("y", 2): 0.0}
+
+    def judge(ts, judge):
+        for t in ts:
+            t.reward = judged.get((t.task.id, t.index))
+            t.reward_valid = t.reward is not None
+
+    monkeypatch.setattr(rewards_mod, "score_trajectories", judge)
+    trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"grpo.reward_control": control})
+    flat = [t for ts in trajs.values() for t in ts]
+    for t in flat:
+        t.reward = -1.0  # stale: the judge must overwrite every one
+    trainer._score(flat, step=3)
+    got = {(t.task.id, t.index): t.reward for t in flat}
+    if control == "none":
+        assert got == {**judged, ("y", 1): None}
+        return
+    want = [t for ts in six_trajs(tok).values() for t in ts]
+    judge(want, None)
+    rewards_mod.shuffle_rewards(want, trainer.cfg.run.seed * 100_003 + 3)
+    assert got == {(t.task.id, t.index): t.reward for t in want}
+    assert got[("y", 1)] is None
+    assert got != {**judged, ("y", 1): None}  # this seed moves 3 of the 5 valid rewards
+    assert sorted(got[("x", i)] for i in range(3)) == [0.25, 0.5, 1.0]
+    assert sorted(got[("y", i)] for i in (0, 2)) == [0.0, 0.75]
+    assert all(t.reward_details["shuffled_from"] == judged[(t.task.id, t.index)]
+               for t in flat if t.reward_valid)
