@@ -387,7 +387,9 @@ def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
     of its advantages are unchanged, but which trajectory gets which reward is random. Masked
     trajectories (``reward_valid`` False) stay masked and out of the permutation; rewards never
     move between tasks. ``reward_details`` stay with their trajectory and gain
-    ``shuffled_from`` (the judged reward before the permutation).
+    ``shuffled_from`` (the judged reward before the permutation). Not a perfect null: the
+    empty-output penalty (``output_rewards``) is applied afterwards to the trajectory's own
+    outputs, so that part of the signal stays.
 
     Args:
         trajs: judged trajectories (``score_trajectories`` first).
