@@ -220,13 +220,18 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             return contextlib.nullcontext()
         return use_adapter(model, "ref" if "ref" in model.peft_config else None)
 
+    def _step_seed(self, step: int) -> int:
+        """The seed of step ``step``'s sampling, rollout and reward control: ``run.seed * 100_003
+        + step``, so that a resumed step samples as it would have."""
+        return self.cfg.run.seed * 100_003 + step
+
     def _generators(self, step: int, batch: int) -> tuple[Any, Any]:
         """``(generator, simulator)`` for this step's rollout."""
         from envace_lite.generation import HFGenerator
 
         if self._generator_override is not None:
             return self._generator_override, self._generator_override
-        seed = self.cfg.run.seed * 100_003 + step  # a resumed step samples as it would have
+        seed = self._step_seed(step)
 
         def hf(model: Any) -> Any:
             return HFGenerator(self.accelerator.unwrap_model(model), self.processing_class,
@@ -278,7 +283,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             generator, simulator = self._generators(step, len(tasks) * k)
             trajs = rollout(tasks, generator, self.processing_class, self.cfg, k=k,
                             mode=ROLLOUT_MODE[self.mode], simulator=simulator,
-                            seed=self.cfg.run.seed * 100_003 + step)
+                            seed=self._step_seed(step))
         self._score(trajs, step)
         close_envs(trajs)
         return trajs
@@ -288,8 +293,8 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
 
         The checklist judge runs in every mode, so that the paper's Fig. 3 ablations share one
         reward. With ``reward_control="shuffle"`` (a control beyond the paper) the judged rewards
-        are then permuted inside each task's group (``rewards.shuffle_rewards``, seeded
-        ``run.seed * 100_003 + step``, the rollout's seed), and the count moved is logged.
+        are then permuted inside each task's group (``rewards.shuffle_rewards``, seeded by
+        ``_step_seed(step)``, the rollout's seed), and the count moved is logged.
         """
         from envace_lite.rewards import LLMJudge, score_trajectories, shuffle_rewards
 
@@ -297,7 +302,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
         if g.reward_control == "shuffle":
-            changed = shuffle_rewards(trajs, self.cfg.run.seed * 100_003 + step)
+            changed = shuffle_rewards(trajs, self._step_seed(step))
             log.info("step %d: reward control 'shuffle' moved %d of %d trajectory rewards",
                      step, changed, len(trajs))
 

@@ -432,12 +432,12 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
     trajs = six_trajs(tok)
     judged = {("x", 0): 1.0, ("x", 1): 0.25, ("x", 2): 0.5, ("y", 0): 0.75, ("y", 2): 0.0}
 
-    def judge(ts, judge):
+    def fake_judge(ts, judge):
         for t in ts:
             t.reward = judged.get((t.task.id, t.index))
             t.reward_valid = t.reward is not None
 
-    monkeypatch.setattr(rewards_mod, "score_trajectories", judge)
+    monkeypatch.setattr(rewards_mod, "score_trajectories", fake_judge)
     trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"grpo.reward_control": control})
     flat = [t for ts in trajs.values() for t in ts]
     for t in flat:
@@ -448,7 +448,7 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
         assert got == {**judged, ("y", 1): None}
         return
     want = [t for ts in six_trajs(tok).values() for t in ts]
-    judge(want, None)
+    fake_judge(want, None)
     rewards_mod.shuffle_rewards(want, trainer.cfg.run.seed * 100_003 + 3)
     assert got == {(t.task.id, t.index): t.reward for t in want}
     assert got[("y", 1)] is None
