@@ -186,26 +186,35 @@ def drills_baselines(
 @drill_errors
 def drills_report(
     run: list[str] = typer.Option(..., help="finished experiment folder(s), one per mode and seed"),
+    control: list[str] = typer.Option([], help="shuffled-reward control run(s) whose summary "
+                                      "predates its reward_control field"),
     out: str = typer.Option("", help="write report.json and effect.png here"),
 ) -> None:
-    """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs."""
+    """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
+    control runs (``grpo.reward_control=shuffle``), real − control on the same warm starts."""
     from pathlib import Path
 
     from envace_lite.drill_report import figure, report
 
-    rep = report(run)
+    rep = report(run, control)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
         figure(rep, Path(out) / "effect.png")
     for r in rep["runs"]:
         g = r["gain"]
-        typer.echo(f"{r['mode']:>13} s{r['seed']}: after SFT {100 * r['sft']:.1f} % -> "
+        typer.echo(f"{r['group']:>14} s{r['seed']}: after SFT {100 * r['sft']:.1f} % -> "
                    f"{100 * r['final']:.1f} %  gain {100 * g['diff']:+.1f} "
                    f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks")
     for mode, v in rep["vs_shared"].items():
         typer.echo(f"{mode} - shared: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, "
                    f"{100 * v['hi']:+.1f}]")
+    for group, v in rep["vs_control"].items():
+        mode = group.split("+")[0]
+        for sd, d in list(v["per_seed"].items()) + [("pooled", v["pooled"])]:
+            name = f"s{sd}" if sd != "pooled" else "seeds " + ", ".join(map(str, v["seeds"]))
+            typer.echo(f"{mode} - {group} ({name}): {100 * d['diff']:+.1f} "
+                       f"[{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]")
 
 
 @drills_app.command("sweep")

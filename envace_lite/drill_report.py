@@ -5,8 +5,10 @@ points), one per (mode, seed), each evaluated on the same held-out drills (tasks
 id; a mode's seeds are compared on the tasks they share). Output (``report``): for every run, its SFT
 start, its final point and the paired bootstrap CI of the gain (``stats.paired_bootstrap``), per
 tier; for every mode, the per-task mean over its seeds and its CI; the paired comparison of the
-modes with ``shared`` on the same tasks. ``figure`` draws the whole effect: held-out success
-after SFT vs after each mode, seed by seed.
+modes with ``shared`` on the same tasks; and, for shuffled-reward control runs
+(``grpo.reward_control="shuffle"``, beyond the paper), the paired difference real − control on
+the same warm starts: the share of RL's effect that comes from the reward's information.
+``figure`` draws the whole effect: held-out success after SFT vs after each mode, seed by seed.
 
 Usage::
 
@@ -26,16 +28,24 @@ from envace_lite.stats import bootstrap_mean, paired_bootstrap, per_tier
 from envace_lite.types import TRAIN_MODES
 
 
-def load_run(folder: str | Path) -> dict[str, Any]:
-    """``{"folder", "mode", "seed", "points", "seconds"}`` of a finished experiment folder.
+def load_run(folder: str | Path, control: str | None = None) -> dict[str, Any]:
+    """``{"folder", "mode", "reward_control", "group", "seed", "points", "seconds"}`` of a finished
+    experiment folder.
+
+    ``reward_control`` is the summary's (``grpo.reward_control``; a summary written before the
+    field counts as ``"none"``), or ``control`` when given: that marks an older control run.
+    ``group`` is the mode, with ``+<control>`` for a control run (``"shared+shuffle"``), so that a
+    control run is never averaged into its mode's own runs.
 
     Raises:
         FileNotFoundError: the folder has no ``summary.json`` (the run did not finish).
     """
     folder = Path(folder)
     s = json.loads((folder / "summary.json").read_text())
-    return {"folder": str(folder), "mode": s["mode"], "seed": s["seed"], "points": s["points"],
-            "seconds": s.get("seconds", {})}
+    rc = control or s.get("reward_control", "none")
+    return {"folder": str(folder), "mode": s["mode"], "reward_control": rc,
+            "group": s["mode"] if rc == "none" else f"{s['mode']}+{rc}", "seed": s["seed"],
+            "points": s["points"], "seconds": s.get("seconds", {})}
 
 
 def _point(run: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -45,24 +55,48 @@ def _point(run: dict[str, Any], stage: str) -> dict[str, Any]:
     return pts[-1]
 
 
-def report(folders: list[str | Path]) -> dict[str, Any]:
+def _seed_mean(per_seed: list[dict[str, float]]) -> dict[str, float]:
+    """The per-task mean over seeds, on the tasks every seed holds."""
+    keys = sorted(set.intersection(*(set(x) for x in per_seed)))
+    return {k: statistics.fmean(x[k] for x in per_seed) for k in keys}
+
+
+def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[str, Any]:
     """The reproduction's numbers (see the module docstring).
 
+    Args:
+        folders: finished experiment folders, one per (mode, seed); a folder whose summary
+            records ``reward_control="shuffle"`` joins the group ``<mode>+shuffle``.
+        controls: folders of shuffled-reward control runs whose summaries predate the field
+            (read as ``reward_control="shuffle"``).
+
     Returns:
-        ``{"runs": [{mode, seed, sft, final, gain (paired CI), per_tier_sft, per_tier_final,
-        curve [(step, success)], failed_real_calls}], "modes": {mode: {seeds, sft, final (CI over
-        tasks of the per-task seed mean), gain_vs_sft (paired)}}, "vs_shared": {mode: paired CI
-        of mode - shared}}``.
+        ``{"runs": [{mode, reward_control, group, seed, sft, final, gain (paired CI),
+        per_tier_sft, per_tier_final, curve [(step, success)], failed_real_calls}], "modes":
+        {group: {seeds, sft, final (CI over tasks of the per-task seed mean), gain_vs_sft
+        (paired)}}, "vs_shared": {mode: paired CI of mode - shared}, "vs_control": {group:
+        {"seeds", "per_seed": {seed: paired CI of real - control}, "pooled": paired CI of real -
+        control on the per-task means over those seeds}}}``. A control is paired with the
+        real-reward run of its mode and seed (the same warm start), at both runs' last point;
+        seeds without such a run are left out of ``vs_control``.
+
+    Raises:
+        ValueError: two folders of the same group and seed (their results would be mixed).
     """
-    runs = [load_run(f) for f in folders]
-    out: dict[str, Any] = {"runs": [], "modes": {}, "vs_shared": {}}
-    by_mode: dict[str, list[dict[str, Any]]] = {}
+    runs = [load_run(f) for f in folders] + [load_run(f, "shuffle") for f in controls]
+    out: dict[str, Any] = {"runs": [], "modes": {}, "vs_shared": {}, "vs_control": {}}
+    by_group: dict[str, dict[int, dict[str, Any]]] = {}
     for r in runs:
+        if r["seed"] in by_group.get(r["group"], {}):
+            raise ValueError(f"two runs of {r['group']} seed {r['seed']}: "
+                             f"{by_group[r['group']][r['seed']]['folder']} and {r['folder']}; "
+                             "pass one folder per mode and seed")
         sft, final = _point(r, "after_sft"), _point(r, "after_envace")
         curve = [(p["step"], p["committed_reward"]) for p in r["points"]
                  if p["stage"] in ("after_sft", "step", "after_envace")]
         out["runs"].append({
-            "mode": r["mode"], "seed": r["seed"], "folder": r["folder"],
+            "mode": r["mode"], "reward_control": r["reward_control"], "group": r["group"],
+            "seed": r["seed"], "folder": r["folder"],
             "before_sft": _point(r, "before_sft")["committed_reward"],
             "sft": sft["committed_reward"], "final": final["committed_reward"],
             "gain": paired_bootstrap(sft["per_task"], final["per_task"]),
@@ -70,22 +104,34 @@ def report(folders: list[str | Path]) -> dict[str, Any]:
             "curve": curve, "failed_real_calls": final.get("failed_real_calls"),
             "fidelity_exact": [(p["step"], p["fidelity_exact"]) for p in r["points"]],
             "seconds": r["seconds"]})
-        by_mode.setdefault(r["mode"], []).append({"sft": sft["per_task"],
-                                                  "final": final["per_task"]})
+        by_group.setdefault(r["group"], {})[r["seed"]] = {
+            "folder": r["folder"], "mode": r["mode"], "control": r["reward_control"],
+            "sft": sft["per_task"], "final": final["per_task"]}
     mean_final: dict[str, dict[str, float]] = {}
-    for mode, rs in by_mode.items():
-        keys = sorted(set.intersection(*(set(x["final"]) for x in rs)))
-        fin = {k: statistics.fmean(x["final"][k] for x in rs) for k in keys}
-        sft = {k: statistics.fmean(x["sft"][k] for x in rs) for k in keys}
-        mean_final[mode] = fin
-        out["modes"][mode] = {"seeds": len(rs), "sft": bootstrap_mean(sft),
-                              "final": bootstrap_mean(fin),
-                              "gain_vs_sft": paired_bootstrap(sft, fin),
-                              "per_tier_final": per_tier(fin)}
+    for group, seeds in by_group.items():
+        rs = list(seeds.values())
+        fin, sft = _seed_mean([x["final"] for x in rs]), _seed_mean([x["sft"] for x in rs])
+        mean_final[group] = fin
+        out["modes"][group] = {"seeds": len(rs), "sft": bootstrap_mean(sft),
+                               "final": bootstrap_mean(fin),
+                               "gain_vs_sft": paired_bootstrap(sft, fin),
+                               "per_tier_final": per_tier(fin)}
     if "shared" in mean_final:
-        for mode, fin in mean_final.items():
-            if mode != "shared":
-                out["vs_shared"][mode] = paired_bootstrap(mean_final["shared"], fin)
+        for group, fin in mean_final.items():
+            if group != "shared" and next(iter(by_group[group].values()))["control"] == "none":
+                out["vs_shared"][group] = paired_bootstrap(mean_final["shared"], fin)
+    for group, seeds in by_group.items():
+        first = next(iter(seeds.values()))
+        real = by_group.get(first["mode"], {})
+        common = sorted(set(seeds) & set(real))
+        if first["control"] == "none" or not common:
+            continue
+        out["vs_control"][group] = {
+            "seeds": common,
+            "per_seed": {sd: paired_bootstrap(seeds[sd]["final"], real[sd]["final"])
+                         for sd in common},
+            "pooled": paired_bootstrap(_seed_mean([seeds[sd]["final"] for sd in common]),
+                                       _seed_mean([real[sd]["final"] for sd in common]))}
     return out
 
 
@@ -189,7 +235,8 @@ def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
 
     runs = sorted(rep["runs"], key=lambda r: (TRAIN_MODES.index(r["mode"])
-                                              if r["mode"] in TRAIN_MODES else 9, r["seed"]))
+                                              if r["mode"] in TRAIN_MODES else 9,
+                                              r.get("reward_control", "none") != "none", r["seed"]))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(runs) + 2), 4.2))
     xs = range(len(runs))
     sft = [100 * r["sft"] for r in runs]
@@ -202,7 +249,7 @@ def figure(rep: dict[str, Any], path: str | Path, title: str = "") -> Path:
         ax.errorbar(x + 0.2, f, yerr=[[max(0.0, (f - s) - a)], [max(0.0, b - (f - s))]],
                     color="black", capsize=3, lw=1)
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([f"{r['mode']}\ns{r['seed']}" for r in runs], fontsize=8)
+    ax.set_xticklabels([f"{r.get('group', r['mode'])}\ns{r['seed']}" for r in runs], fontsize=8)
     ax.set_ylabel("held-out success (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8, loc="upper left")

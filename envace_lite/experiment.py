@@ -120,7 +120,8 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
 
     Writes into ``out``: ``warmstart/`` (unless ``warmstart_dir`` is given), ``train/`` (the
     GRPO run dir: ``metrics.jsonl``, checkpoints), ``heldout.json`` (the held-out points, in
-    order) and ``summary.json`` (the points, the first/last-window training reward, wall times).
+    order) and ``summary.json`` (the points, the first/last-window training reward, wall times,
+    and ``grpo.reward_control``, so that a control run is never read as the mode's own run).
     A rerun into the same ``out`` resumes: finished held-out points are kept, training resumes
     from its last checkpoint.
 
@@ -189,8 +190,9 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     times["train_and_checks"] = round(time.perf_counter() - t, 1)
     times["total"] = round(time.perf_counter() - start, 1)
     rewards = [r.get("reward/mean") for r in read_metrics(run_dir)]
-    summary = {"profile": cfg.profile, "seed": seed, "mode": cfg.grpo.mode, "steps": total,
-               "warmstart": str(ws), "labels": CURVE_LABELS, "points": points,
+    summary = {"profile": cfg.profile, "seed": seed, "mode": cfg.grpo.mode,
+               "reward_control": cfg.grpo.reward_control, "steps": total, "warmstart": str(ws),
+               "labels": CURVE_LABELS, "points": points,
                "window": window_means(rewards), "seconds": times}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     cfg.save(out)
@@ -233,8 +235,8 @@ def ship(out: str | Path, dest: str | Path, command: str, commit: str | None = N
     """Copy a finished run's small results into ``dest`` as shipped reference results.
 
     Copies ``train/metrics.jsonl``, ``heldout.json`` and ``summary.json`` (no checkpoints) and
-    writes ``meta.json``: profile, seed, mode, steps, commit (``commit``, else this checkout's
-    ``course.git_commit()``), the command, the date and ``"source": "shipped"``.
+    writes ``meta.json``: profile, seed, mode, steps, reward control, commit (``commit``, else
+    this checkout's ``course.git_commit()``), the command, the date and ``"source": "shipped"``.
 
     Raises:
         FileNotFoundError: ``out`` has no ``summary.json`` (the run did not finish).
@@ -250,6 +252,7 @@ def ship(out: str | Path, dest: str | Path, command: str, commit: str | None = N
     for name in ("heldout.json", "summary.json"):
         shutil.copy(out / name, dest / name)
     meta = {k: summary[k] for k in ("profile", "seed", "mode", "steps")}
+    meta["reward_control"] = summary.get("reward_control", "none")  # older summaries lack it
     meta |= {"commit": commit or git_commit(), "command": command, "source": "shipped",
              "date": time.strftime("%Y-%m-%d"), "seconds": summary["seconds"]}
     (dest / "meta.json").write_text(json.dumps(meta, indent=1))

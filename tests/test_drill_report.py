@@ -65,13 +65,16 @@ def test_sweep_cli_writes_the_table_and_names_a_missing_folder(tmp_path):
     assert res.exit_code == 2 and "no results.jsonl" in res.output
 
 
-def _run(folder, mode, sft, final):
+def _run(folder, mode, sft, final, seed=0, control=None):
     folder.mkdir(parents=True)
     pts = [{"stage": st, "step": step, "committed_reward": sum(v) / len(v), "fidelity_exact": 0.0,
             "per_task": {f"{S}|{t}": x for t, x in zip(TASKS, v)}}
            for st, step, v in (("before_sft", 0, [0, 0, 0, 0]), ("after_sft", 0, sft),
                                ("after_envace", 2, final))]
-    (folder / "summary.json").write_text(json.dumps({"mode": mode, "seed": 0, "points": pts}))
+    summary = {"mode": mode, "seed": seed, "points": pts}
+    if control is not None:
+        summary["reward_control"] = control
+    (folder / "summary.json").write_text(json.dumps(summary))
     return folder
 
 
@@ -110,3 +113,41 @@ def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):
     got = sweep(base, [calls])["calls"]
     assert (got["memory_source"], got["memory_placement"]) == ("calls", "message")
     assert got["success"] == 0.0 and got["episodes_with_real_call"] == 0
+
+
+def test_report_pairs_shuffled_controls_with_the_real_run_of_their_seed(tmp_path):
+    sft = [0, 0, 1, 1]
+    real = [_run(tmp_path / "shared_s0", "shared", sft, [1, 0, 1, 1], 0, "none"),
+            _run(tmp_path / "shared_s1", "shared", sft, [1, 1, 0, 1], 1)]
+    shuf0 = _run(tmp_path / "shuf_s0", "shared", sft, [0, 0, 1, 1], 0, "shuffle")
+    shuf1 = _run(tmp_path / "shuf_s1", "shared", sft, [1, 0, 0, 0], 1)  # predates the field
+    rep = report(real + [shuf0], controls=[shuf1])
+    assert [(r["group"], r["seed"]) for r in rep["runs"]] == [
+        ("shared", 0), ("shared", 1), ("shared+shuffle", 0), ("shared+shuffle", 1)]
+    # the controls are not averaged into shared: its seed means are (1, .5, .5, 1)
+    assert rep["modes"]["shared"]["final"]["mean"] == 0.75
+    assert rep["modes"]["shared+shuffle"]["final"]["mean"] == 0.375
+    assert rep["vs_shared"] == {}  # a control is compared with its own seed's run, below
+    v = rep["vs_control"]["shared+shuffle"]
+    assert v["seeds"] == [0, 1]
+    # real - control, task by task: s0 (1, 0, 0, 0), s1 (0, 1, 0, 1); pooled (.5, .5, 0, .5)
+    assert v["per_seed"][0]["diff"] == 0.25 and v["per_seed"][1]["diff"] == 0.5
+    assert v["pooled"]["diff"] == 0.375 and v["pooled"]["tasks"] == 4
+    # a control without the real run of its seed is left out of the pairing
+    lone = _run(tmp_path / "shuf_s2", "per_role", sft, [0, 0, 0, 0], 2, "shuffle")
+    assert "per_role+shuffle" not in report(real + [lone])["vs_control"]
+    # two runs of one group and seed would be mixed: refused, naming both
+    with pytest.raises(ValueError, match="two runs of shared\\+shuffle seed 0"):
+        report(real + [shuf0], controls=[tmp_path / "shuf_s0"])
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(real[0]), "--run",
+                                   str(real[1]), "--run", str(shuf0), "--control", str(shuf1),
+                                   "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    written = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert written["vs_control"]["shared+shuffle"]["pooled"]["diff"] == 0.375
+    assert (tmp_path / "rep" / "effect.png").stat().st_size > 1000
+    assert "shared - shared+shuffle (s1): +50.0" in res.output
+    assert "shared - shared+shuffle (seeds 0, 1): +37.5" in res.output
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(real[0]), "--run",
+                                   str(tmp_path / "shared_s0")])
+    assert res.exit_code == 2 and "two runs of shared seed 0" in res.output

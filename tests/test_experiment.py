@@ -74,7 +74,7 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().split("\n")
             if x]
     assert [r["step"] for r in rows] == [1, 2]
-    assert s["window"]["first"] is not None
+    assert s["window"]["first"] is not None and s["reward_control"] == "none"
     # a rerun resumes: no new held-out points, no new training rows
     again = run_experiment(cfg, tmp_path, heldout_every=1, eval_limit=1, fidelity_limit=1)
     assert again["points"] == s["points"]
@@ -96,3 +96,8 @@ def test_ship_copies_results_and_writes_meta(tmp_path):
     assert meta["command"] == "envace-lite experiment --seed 2" and meta["steps"] == 40
     assert (dest / "metrics.jsonl").read_text() == '{"step": 1, "reward/mean": 0.5}\n'
     assert not (dest / "train").exists()
+    assert meta["reward_control"] == "none"  # a summary written before the field
+    summary = json.loads((out / "summary.json").read_text()) | {"reward_control": "shuffle"}
+    (out / "summary.json").write_text(json.dumps(summary))
+    meta = json.loads((ship(out, tmp_path / "ref" / "c", "cmd", "abc") / "meta.json").read_text())
+    assert meta["reward_control"] == "shuffle"
