@@ -315,6 +315,9 @@ def experiment_cmd(
     eval_limit: int | None = typer.Option(None, help="held-out test tasks per suite (0 = all)"),
     fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs "
                                        "(0 = all)"),
+    before_sft: bool = typer.Option(True, "--before-sft/--no-before-sft",
+                                    help="measure the untrained base first (the same for every "
+                                    "run on one base)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Warm start → held-out check → role-wise GRPO → held-out checks (``experiment.py``)."""
@@ -333,7 +336,7 @@ def experiment_cmd(
     folder = out or new_run_dir("experiment", cfg.profile, seed, cfg.run.runs_root)
     s = run_experiment(cfg, folder, warmstart_dir=warmstart_dir or None,
                        heldout_every=heldout_every, eval_limit=eval_limit,
-                       fidelity_limit=fidelity_limit)
+                       fidelity_limit=fidelity_limit, before_sft=before_sft)
     typer.echo(json.dumps({"window": s["window"], "seconds": s["seconds"],
                            "points": s["points"]}, indent=1))
     typer.echo(f"run in {folder}")

@@ -85,6 +85,10 @@ class ModelConfig:
     warm-up (64 samples a step; ``micro.copy_samples``)."""
     pretrain_seed: int = 0
     """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
+    pretrain_schedule: Literal["constant", "cosine"] = "constant"
+    """``micro`` only, ``pretrain="copy"`` or ``"copy_hops"``: the copy warm-up's learning rate
+    after its 50 warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3
+    to 0 over ``pretrain_steps``; beyond the paper, a measured lever in ``docs/drills.md``)."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"

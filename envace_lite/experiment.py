@@ -115,7 +115,7 @@ def _segments(steps: int, every: int) -> list[int]:
 
 def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str | Path | None = None,
                    heldout_every: int = 0, eval_limit: int | None = None,
-                   fidelity_limit: int = 3) -> dict[str, Any]:
+                   fidelity_limit: int = 3, before_sft: bool = True) -> dict[str, Any]:
     """One micro learning run: warm start (or reuse one), held-out checks, GRPO in segments.
 
     Writes into ``out``: ``warmstart/`` (unless ``warmstart_dir`` is given), ``train/`` (the
@@ -134,6 +134,10 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
         eval_limit: test tasks per suite for the committed reward (default ``eval.limit``;
             0 = all).
         fidelity_limit: test tasks per suite for the fidelity audit's gold pairs (0 = all).
+        before_sft: measure the untrained base (``before_sft``). False skips that point (it is
+            the same for every run on one base, and under ``model.pretrain`` a config whose
+            tokenizer corpus differs from the warm start's would train a base of its own just for
+            it); the summary then has no ``before_sft`` point.
 
     Returns:
         The summary dict (also written to ``out/summary.json``).
@@ -171,7 +175,8 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     else:
         ws = Path(warmstart_dir)
     t = time.perf_counter()
-    point("base", "before_sft", 0)
+    if before_sft:
+        point("base", "before_sft", 0)
     point(str(ws / CHECKPOINT), "after_sft", 0)
     times["heldout_before"] = round(time.perf_counter() - t, 1)
 

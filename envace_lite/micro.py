@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 import time
 from typing import Any
@@ -402,6 +403,24 @@ def tau2_ids() -> frozenset[str]:
     return frozenset(ids)
 
 
+def copy_lr_factor(step: int, steps: int, schedule: str) -> float:
+    """The copy warm-up's learning-rate factor (times 1e-3) at optimizer step ``step`` (0-based).
+
+    A linear warm-up over the first 50 steps, ``(step + 1) / 50``; then 1.0 (``constant``), or
+    ``cosine``: 0.5 (1 + cos(pi (step + 1 - 50) / (steps - 50))), which reaches 0 at the last
+    step. Example: steps 300, cosine: step 49 -> 1.0, step 174 -> 0.5, step 299 -> 0.0.
+
+    Raises:
+        ValueError: an unknown schedule.
+    """
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule={schedule!r}: expected 'constant' or 'cosine'")
+    warm = min(1.0, (step + 1) / 50)
+    if schedule == "constant" or step < 50 or steps <= 50:
+        return warm
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step + 1 - 50) / (steps - 50))))
+
+
 def copy_base(cfg: Config, tokenizer: Any) -> Any:
     """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``, or
     ``"copy_hops"`` with the second-call samples of ``copy_samples(hops=True)``), trained once and
@@ -424,7 +443,8 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
     hops = m.pretrain == "copy_hops"
     key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
            m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
-               ["hops"] if hops else [])  # the plain warm-up keeps its fingerprint
+               ["hops"] if hops else []) + (  # the plain warm-up keeps its fingerprint
+               [] if m.pretrain_schedule == "constant" else [m.pretrain_schedule])
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     name = "micro-copy-hops" if hops else "micro-copy"
@@ -446,7 +466,8 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
         return prompt, target_ids
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: copy_lr_factor(s, m.pretrain_steps, m.pretrain_schedule))
     model.train()
     losses = []
     for step in range(m.pretrain_steps):

@@ -2,6 +2,7 @@
 smoke-size end-to-end run (warm start → held-out checks → GRPO in segments → resume)."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -79,6 +80,14 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
     again = run_experiment(cfg, tmp_path, heldout_every=1, eval_limit=1, fidelity_limit=1)
     assert again["points"] == s["points"]
     assert len((tmp_path / "train" / "metrics.jsonl").read_text().split("\n")) == 3
+    # a run on that warm start without the base's point: no before_sft, the same after_sft
+    one = copy.deepcopy(cfg)
+    one.grpo.steps = 1
+    nb = run_experiment(one, tmp_path / "nb", warmstart_dir=tmp_path / "warmstart",
+                        eval_limit=1, fidelity_limit=1, before_sft=False)
+    assert [(p["stage"], p["step"]) for p in nb["points"]] == [("after_sft", 0),
+                                                                ("after_envace", 1)]
+    assert nb["points"][0]["committed_reward"] == s["points"][1]["committed_reward"]
 
 
 def test_ship_copies_results_and_writes_meta(tmp_path):

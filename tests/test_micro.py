@@ -173,3 +173,23 @@ def test_warm_start_options_share_the_tokenizer_corpus():
     plain = micro_corpus(get_config("drills", {"warmstart.sft_share": 0.08}))
     assert micro_corpus(with_options) == plain and len(plain) > 400
     assert (with_options.warmstart.memory_share, with_options.warmstart.error_rows) == (1.0, True)
+
+
+def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():
+    """The copy warm-up's schedule (``model.pretrain_schedule``), worked by hand for 300 steps:
+    warm-up (s + 1) / 50; cosine 0.5 (1 + cos(pi (s + 1 - 50) / 250)) after it."""
+    import math
+
+    import pytest
+
+    from envace_lite.micro import copy_lr_factor
+
+    assert copy_lr_factor(0, 300, "cosine") == pytest.approx(0.02)      # 1 / 50
+    assert copy_lr_factor(24, 300, "constant") == pytest.approx(0.5)    # 25 / 50
+    assert copy_lr_factor(49, 300, "cosine") == pytest.approx(1.0)      # the last warm-up step
+    assert copy_lr_factor(299, 300, "constant") == pytest.approx(1.0)
+    assert copy_lr_factor(174, 300, "cosine") == pytest.approx(0.5)     # 125 / 250: cos(pi/2)
+    assert copy_lr_factor(111, 300, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.248)))
+    assert copy_lr_factor(299, 300, "cosine") == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="cosine"):
+        copy_lr_factor(0, 300, "linear")
