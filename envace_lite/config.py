@@ -72,7 +72,9 @@ class ModelConfig:
     entity-free samples (random ids in tau2's id formats, none of them in tau2's databases), the
     skill a pretrained LLM brings. ``copy_hops`` adds second-call samples (a call after a first
     call and its tool response, copying the user's id or the id the response links to;
-    ``micro.copy_samples``), a measured lever (``docs/drills.md``). A tau2 domain: before any
+    ``micro.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds record
+    copies instead (a current call equal to one of up to three reference calls, answered with
+    that reference's result verbatim: REHEARSE's use of its grounding), a measured lever. A tau2 domain: before any
     warm start, the model is trained as a language model on that domain's database records of
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
     them), meant to give it the id copying a pretrained LLM has (``micro.pretrained_base``). One
@@ -81,12 +83,12 @@ class ModelConfig:
     pretrain_epochs: float = 12.0
     """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
     pretrain_steps: int = 300
-    """``micro`` only, ``pretrain="copy"`` or ``"copy_hops"``: optimizer steps of the copy
-    warm-up (64 samples a step; ``micro.copy_samples``)."""
+    """``micro`` only, a ``copy`` pretrain (``micro.COPY_PRETRAINS``): optimizer steps of the
+    copy warm-up (64 samples a step; ``micro.copy_samples``)."""
     pretrain_seed: int = 0
     """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     pretrain_schedule: Literal["constant", "cosine"] = "constant"
-    """``micro`` only, ``pretrain="copy"`` or ``"copy_hops"``: the copy warm-up's learning rate
+    """``micro`` only, a ``copy`` pretrain (``micro.COPY_PRETRAINS``): the copy warm-up's rate
     after its 50 warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3
     to 0 over ``pretrain_steps``; beyond the paper, a measured lever in ``docs/drills.md``)."""
     dtype: str = "float32"

@@ -97,7 +97,8 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
         out["runs"].append({
             "mode": r["mode"], "reward_control": r["reward_control"], "group": r["group"],
             "seed": r["seed"], "folder": r["folder"],
-            "before_sft": _point(r, "before_sft")["committed_reward"],
+            "before_sft": next((p["committed_reward"] for p in r["points"]  # None: skipped
+                                if p["stage"] == "before_sft"), None),  # (--no-before-sft)
             "sft": sft["committed_reward"], "final": final["committed_reward"],
             "gain": paired_bootstrap(sft["per_task"], final["per_task"]),
             "per_tier_sft": per_tier(sft["per_task"]), "per_tier_final": per_tier(final["per_task"]),

@@ -245,9 +245,11 @@ def pretrain_corpus(domain: str) -> list[str]:
     return docs
 
 
-def _step(model: Any, opt: Any, sched: Any, loss: torch.Tensor) -> float:
-    """One optimizer step of a base training (gradient clip 1.0); returns the loss."""
-    loss.backward()
+def _step(model: Any, opt: Any, sched: Any, loss: torch.Tensor, backward: bool = True) -> float:
+    """One optimizer step of a base training (gradient clip 1.0); returns the loss.
+    ``backward=False``: the gradients are already accumulated (``loss`` is only logged)."""
+    if backward:
+        loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sched.step()
@@ -261,7 +263,7 @@ def _step(model: Any, opt: Any, sched: Any, loss: torch.Tensor) -> float:
 _COPY_RECIPE = 1
 """Bump when the copy warm-up recipe changes (part of the cache fingerprint)."""
 
-COPY_PRETRAINS = ("copy", "copy_hops")
+COPY_PRETRAINS = ("copy", "copy_hops", "copy_records")
 """The ``model.pretrain`` values that start from the copy warm-up (``copy_base``)."""
 
 _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "jude", "kai",
@@ -294,7 +296,8 @@ def _copy_id(rng: random.Random) -> tuple[str, str, str]:
 
 
 def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
-                 hops: bool = False) -> list[tuple[list[dict[str, str]], str]]:
+                 hops: bool = False, records: bool = False
+                 ) -> list[tuple[list[dict[str, str]], str]]:
     """``n`` chat samples ``(messages, answer)`` that can only be answered by copying.
 
     Half are calls: the user's message names one id among 0-2 distractor ids, and the answer is
@@ -317,6 +320,11 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
         n: samples (>= 1). seed: ``random.Random(seed)``, so the same seed gives the same samples.
         forbidden: strings no sample may contain as its id.
         hops: add the second-call samples.
+        records: (``model.pretrain="copy_records"``) about a third of the samples become record
+            copies (``_record_sample``): one to three reference calls with their results, then a
+            current call equal to one of them, answered with that reference's result verbatim in
+            ``<execution_result>`` tags. This is REHEARSE's use of its grounding ("if a
+            reference call matches the current call, reuse its result"), entity-free.
 
     Returns:
         A list of ``(messages, answer)``: one user message, or with ``hops`` for a second call,
@@ -330,6 +338,11 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
             continue
         what = {"order_id": "order", "user_id": "user id", "reservation_id": "reservation",
                 "email": "email"}[kind]
+        if records and rng.random() < 1 / 3:
+            sample = _record_sample(rng, kind, forbidden)
+            if sample is not None:
+                out.append(sample)
+            continue
         if hops and rng.random() < 1 / 3:
             sample = _hop_sample(rng, kind, said, arg, what, forbidden)
             if sample is not None:
@@ -387,6 +400,50 @@ def _hop_sample(rng: random.Random, kind: str, said: str, arg: str, what: str,
              tool_response_message([Observation(json.dumps(record))])], answer)
 
 
+_REC_KEYS = ("status", "city", "cabin", "color", "size", "origin", "method", "zip", "state",
+             "brand", "level", "source", "country", "note")
+_REC_WORDS = ("pending", "delivered", "processed", "cancelled", "business", "economy", "red",
+              "blue", "large", "small", "paypal", "credit_card", "gift_card", "Boston", "Denver",
+              "Austin", "Miami", "maple", "steel", "glass", "USA", "TX", "CA", "plain")
+
+
+def _record(rng: random.Random, kind: str, arg: str) -> dict[str, Any]:
+    """A random record for ``_record_sample``: the id, 4-8 fields of words or digits, and 0-3
+    items (a name, a 10-digit item id, a price), in a random field order."""
+    fields: list[tuple[str, Any]] = [(kind, arg)]
+    for key in rng.sample(_REC_KEYS, rng.randint(4, 8)):
+        fields.append((key, rng.choice(_REC_WORDS) if rng.random() < 0.6 else
+                       "".join(rng.choice("0123456789") for _ in range(rng.randint(4, 8)))))
+    items = [{"name": rng.choice(_REC_WORDS), "item_id": "".join(rng.choice("0123456789")
+                                                                  for _ in range(10)),
+              "price": round(rng.uniform(5, 900), 2)} for _ in range(rng.randint(0, 3))]
+    if items:
+        fields.insert(rng.randint(1, len(fields)), ("items", items))
+    return dict(fields)
+
+
+def _record_sample(rng: random.Random, kind: str, forbidden: frozenset[str]
+                   ) -> tuple[list[dict[str, str]], str] | None:
+    """One record copy of ``copy_samples(records=True)``; None when an id drawn is forbidden or
+    repeated (the caller draws again)."""
+    refs = []
+    for _ in range(rng.randint(1, 3)):
+        while True:
+            k, said, arg = _copy_id(rng)
+            if k == kind:
+                break
+        if said in forbidden or arg in forbidden or any(arg == a for a, _ in refs):
+            return None
+        refs.append((arg, _record(rng, kind, arg)))
+    target, record = refs[rng.randrange(len(refs))]
+    blocks = "\n".join(f"{_call('lookup', {kind: a})}\n<execution_result>\n{json.dumps(r)}\n"
+                       "</execution_result>" for a, r in refs)
+    text = (f"Reference calls and their results:\n{blocks}\n\nCurrent call:\n"
+            f"{_call('lookup', {kind: target})}")
+    return ([{"role": "user", "content": text}],
+            f"<execution_result>\n{json.dumps(record)}\n</execution_result>")
+
+
 def tau2_ids() -> frozenset[str]:
     """Every user, order and reservation id and e-mail in tau2's retail and airline databases
     (with and without an order id's ``#``): the ids ``copy_samples`` must not produce."""
@@ -440,21 +497,23 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
     from transformers import Qwen3ForCausalLM
 
     m = cfg.model
-    hops = m.pretrain == "copy_hops"
+    hops, records = m.pretrain == "copy_hops", m.pretrain == "copy_records"
     key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
            m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
-               ["hops"] if hops else []) + (  # the plain warm-up keeps its fingerprint
+               ["hops"] if hops else []) + (["records"] if records else []) + (
+               # the plain warm-up keeps its fingerprint
                [] if m.pretrain_schedule == "constant" else [m.pretrain_schedule])
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
-    name = "micro-copy-hops" if hops else "micro-copy"
+    name = "micro-copy-hops" if hops else "micro-copy-records" if records else "micro-copy"
     target = cache_dir("pretrained") / f"{name}-{h.hexdigest()[:12]}"
     if is_cached(target, _COPY_RECIPE):
         return Qwen3ForCausalLM.from_pretrained(target).eval()
     start, batch = time.perf_counter(), 64
     forbidden = tau2_ids()
     model = micro_model(copy_config(cfg, seed=m.pretrain_seed), tokenizer)
-    samples = copy_samples(batch * m.pretrain_steps + 100, m.pretrain_seed, forbidden, hops)
+    samples = copy_samples(batch * m.pretrain_steps + 100, m.pretrain_seed, forbidden, hops,
+                           records)
     held_out, samples = samples[:100], samples[100:]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.pad_token_id
@@ -470,24 +529,40 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
         opt, lambda s: copy_lr_factor(s, m.pretrain_steps, m.pretrain_schedule))
     model.train()
     losses = []
-    for step in range(m.pretrain_steps):
-        rows = [encode(*s) for s in samples[step * batch:(step + 1) * batch]]
+    def padded(rows: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) + len(a) for p, a in rows)
-        ids = torch.full((batch, width), pad, dtype=torch.long)
-        labels = torch.full((batch, width), -100, dtype=torch.long)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
         for i, (p, a) in enumerate(rows):
             ids[i, :len(p) + len(a)] = torch.tensor(p + a)
             labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
-        loss = model(input_ids=ids, labels=labels).loss
-        losses.append(_step(model, opt, sched, loss))
+        return ids, labels
+
+    for step in range(m.pretrain_steps):
+        rows = [encode(*s) for s in samples[step * batch:(step + 1) * batch]]
+        if not records:
+            ids, labels = padded(rows)
+            loss = model(input_ids=ids, labels=labels).loss
+        else:  # long record copies: chunks of similar length, the loss over all answer tokens
+            rows.sort(key=lambda r: len(r[0]) + len(r[1]))
+            total = sum(len(a) for _, a in rows)
+            loss = torch.zeros(())
+            for c in range(0, batch, 16):
+                ids, labels = padded(rows[c:c + 16])
+                n = sum(len(a) for _, a in rows[c:c + 16])
+                part = model(input_ids=ids, labels=labels).loss * (n / total)
+                part.backward()  # accumulates; frees each chunk's graph
+                loss = loss + part.detach()
+        losses.append(_step(model, opt, sched, loss, backward=not records))
         if step % 50 == 0:
             log.info("copy warm-up step %d/%d loss %.3f", step, m.pretrain_steps, losses[-1])
     model.eval()
     exact = 0
     with torch.no_grad():
         for messages, answer in held_out:
-            prompt, _ = encode(messages, None)
-            out = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False)
+            prompt, target_ids = encode(messages, answer)
+            out = model.generate(torch.tensor([prompt]), do_sample=False,
+                                 max_new_tokens=max(48, len(target_ids) + 8))
             exact += tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True) == answer
     write_cache(target, _COPY_RECIPE, model.save_pretrained)
     log.info("copy warm-up of the micro base: %d steps of %d, loss %.2f -> %.2f, exact copies "

@@ -93,6 +93,15 @@ def test_report_gains_and_the_comparison_with_shared(tmp_path):
     # per_role - shared, task by task: -1, 0, -1, 0
     assert rep["vs_shared"]["per_role"]["diff"] == -0.5
     assert rep["modes"]["shared"]["gain_vs_sft"]["diff"] == 0.25
+    assert a["before_sft"] == 0.0
+    # a run made with --no-before-sft has no base point: the report says None, the rest holds
+    lean = tmp_path / "lean"
+    _run(lean, "act_only_real", [0, 0, 1, 1], [1, 1, 1, 1])
+    summary = json.loads((lean / "summary.json").read_text())
+    summary["points"] = [p for p in summary["points"] if p["stage"] != "before_sft"]
+    (lean / "summary.json").write_text(json.dumps(summary))
+    c = report([shared, lean])["runs"][1]
+    assert c["before_sft"] is None and c["gain"]["diff"] == 0.5
 
 
 def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):

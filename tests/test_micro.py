@@ -193,3 +193,33 @@ def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():
     assert copy_lr_factor(299, 300, "cosine") == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="cosine"):
         copy_lr_factor(0, 300, "linear")
+
+
+def test_copy_samples_with_records_reuse_the_matching_reference_verbatim():
+    """copy_records: a record copy's answer is exactly the result of the reference whose call
+    equals the current call, among one to three references with distinct ids; the other samples
+    are plain calls and reports; without ``records`` the samples are the plain warm-up's."""
+    import json
+    import re
+
+    from envace_lite.micro import copy_samples
+
+    plain = copy_samples(60, seed=5)
+    assert copy_samples(60, seed=5, records=False) == plain
+    mixed = copy_samples(300, seed=5, records=True)
+    recs = [(m, a) for m, a in mixed if a.startswith("<execution_result>")]
+    assert 60 <= len(recs) <= 140  # about a third of 300
+    for messages, answer in recs:
+        text = messages[0]["content"]
+        refs_part, current = text.split("\n\nCurrent call:\n")
+        pairs = re.findall(r"(<tool_call>\n.*?\n</tool_call>)\n<execution_result>\n(.*?)\n"
+                           r"</execution_result>", refs_part)
+        assert 1 <= len(pairs) <= 3
+        calls = [c for c, _ in pairs]
+        assert len(set(calls)) == len(calls) and current in calls
+        assert answer == f"<execution_result>\n{dict(pairs)[current]}\n</execution_result>"
+        record = json.loads(dict(pairs)[current])
+        (kind, value), = json.loads(current.split("\n")[1])["arguments"].items()
+        assert record[kind] == value and 5 <= len(record) <= 10  # the id, 4-8 fields, items
+    assert any(a.startswith("<tool_call>") for _, a in mixed)
+    assert any(a.startswith("The ") for _, a in mixed)
