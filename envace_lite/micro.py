@@ -460,6 +460,44 @@ def tau2_ids() -> frozenset[str]:
     return frozenset(ids)
 
 
+def answer_batch(rows: list[tuple[list[int], list[int]]], pad: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, labels)`` of shape (len(rows), width) for ``(prompt, answer)`` id rows:
+    right-padded with ``pad``; labels are the answer ids, -100 elsewhere (loss on the answer
+    only), width the longest row."""
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (p, a) in enumerate(rows):
+        ids[i, :len(p) + len(a)] = torch.tensor(p + a)
+        labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
+    return ids, labels
+
+
+def chunked_answer_loss(model: Any, rows: list[tuple[list[int], list[int]]], pad: int,
+                        chunk: int = 16) -> torch.Tensor:
+    """The mean answer-token loss of ``rows``, with its gradient accumulated chunk by chunk.
+
+    The rows are sorted by length and cut into chunks of ``chunk`` rows, so that a few long
+    record copies do not pad every short sample (``copy_records``). Each chunk's mean loss is
+    weighted by its share of the answer tokens, so the sum, and the accumulated gradient, equal
+    one padded batch's mean over every answer token (``tests/test_micro.py`` checks both).
+
+    Returns:
+        The loss, detached (the gradients are already in ``model``'s ``.grad``).
+    """
+    rows = sorted(rows, key=lambda r: len(r[0]) + len(r[1]))
+    total = sum(len(a) for _, a in rows)
+    loss = torch.zeros(())
+    for c in range(0, len(rows), chunk):
+        ids, labels = answer_batch(rows[c:c + chunk], pad)
+        part = model(input_ids=ids, labels=labels).loss * (
+            sum(len(a) for _, a in rows[c:c + chunk]) / total)
+        part.backward()  # frees each chunk's graph
+        loss = loss + part.detach()
+    return loss
+
+
 def copy_lr_factor(step: int, steps: int, schedule: str) -> float:
     """The copy warm-up's learning-rate factor (times 1e-3) at optimizer step ``step`` (0-based).
 
@@ -529,30 +567,13 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
         opt, lambda s: copy_lr_factor(s, m.pretrain_steps, m.pretrain_schedule))
     model.train()
     losses = []
-    def padded(rows: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(p) + len(a) for p, a in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        for i, (p, a) in enumerate(rows):
-            ids[i, :len(p) + len(a)] = torch.tensor(p + a)
-            labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
-        return ids, labels
-
     for step in range(m.pretrain_steps):
         rows = [encode(*s) for s in samples[step * batch:(step + 1) * batch]]
         if not records:
-            ids, labels = padded(rows)
+            ids, labels = answer_batch(rows, pad)
             loss = model(input_ids=ids, labels=labels).loss
-        else:  # long record copies: chunks of similar length, the loss over all answer tokens
-            rows.sort(key=lambda r: len(r[0]) + len(r[1]))
-            total = sum(len(a) for _, a in rows)
-            loss = torch.zeros(())
-            for c in range(0, batch, 16):
-                ids, labels = padded(rows[c:c + 16])
-                n = sum(len(a) for _, a in rows[c:c + 16])
-                part = model(input_ids=ids, labels=labels).loss * (n / total)
-                part.backward()  # accumulates; frees each chunk's graph
-                loss = loss + part.detach()
+        else:  # long record copies: chunks of similar length (gradients accumulated)
+            loss = chunked_answer_loss(model, rows, pad)
         losses.append(_step(model, opt, sched, loss, backward=not records))
         if step % 50 == 0:
             log.info("copy warm-up step %d/%d loss %.3f", step, m.pretrain_steps, losses[-1])

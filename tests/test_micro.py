@@ -223,3 +223,29 @@ def test_copy_samples_with_records_reuse_the_matching_reference_verbatim():
         assert record[kind] == value and 5 <= len(record) <= 10  # the id, 4-8 fields, items
     assert any(a.startswith("<tool_call>") for _, a in mixed)
     assert any(a.startswith("The ") for _, a in mixed)
+
+
+def test_chunked_answer_loss_equals_one_padded_batch(micro_cfg, small_corpus):
+    """``copy_records`` trains in length chunks; the loss and gradient must equal one padded
+    batch's mean over every answer token."""
+    import pytest
+    import torch
+
+    from envace_lite.micro import answer_batch, chunked_answer_loss, micro_model, train_bpe
+
+    tok = train_bpe(small_corpus, 300)
+    model = micro_model(micro_cfg, tok).train()
+    gen = torch.Generator().manual_seed(0)
+    rows = [(torch.randint(3, len(tok), (int(n),), generator=gen).tolist(),
+             torch.randint(3, len(tok), (int(k),), generator=gen).tolist())
+            for n, k in ((5, 2), (9, 7), (3, 1), (12, 4), (4, 9))]
+    ids, labels = answer_batch(rows, tok.pad_token_id)
+    assert ids.shape == (5, 16) and int((labels != -100).sum()) == 23
+    full = model(input_ids=ids, labels=labels).loss
+    full.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    got = chunked_answer_loss(model, rows, tok.pad_token_id, chunk=2)
+    assert float(got) == pytest.approx(float(full), rel=1e-5)
+    for n, p in model.named_parameters():
+        assert torch.allclose(p.grad, want[n], rtol=1e-4, atol=1e-6), n
