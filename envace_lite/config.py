@@ -74,8 +74,8 @@ class ModelConfig:
     call and its tool response, copying the user's id or the id the response links to;
     ``micro.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds record
     copies instead (a current call equal to one of up to three reference calls, answered with
-    that reference's result verbatim: REHEARSE's use of its grounding), a measured lever. A tau2 domain: before any
-    warm start, the model is trained as a language model on that domain's database records of
+    that reference's result verbatim: REHEARSE's use of its grounding), a measured lever.
+    A tau2 domain: before any warm start, the model is trained as a language model on that domain's database records of
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
     them), meant to give it the id copying a pretrained LLM has (``micro.pretrained_base``). One
     base per profile (seed ``pretrain_seed``), shared by every run seed. A measured lever with

@@ -517,12 +517,16 @@ def copy_lr_factor(step: int, steps: int, schedule: str) -> float:
 
 
 def copy_base(cfg: Config, tokenizer: Any) -> Any:
-    """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``, or
-    ``"copy_hops"`` with the second-call samples of ``copy_samples(hops=True)``), trained once and
-    cached under ``cache_dir("pretrained")`` by (recipe, sizes, steps, seed, vocabulary, and
-    ``hops`` for ``copy_hops``), in ``micro-copy-<hash>`` or ``micro-copy-hops-<hash>``.
+    """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``,
+    ``"copy_hops"`` with the second-call samples of ``copy_samples(hops=True)``, or
+    ``"copy_records"`` with the record copies of ``copy_samples(records=True)``, trained in
+    length chunks by ``chunked_answer_loss``), trained once and cached under
+    ``cache_dir("pretrained")`` by (recipe, sizes, steps, seed, vocabulary, and ``hops``,
+    ``records`` or a non-constant schedule when set), in ``micro-copy-<hash>``,
+    ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
 
-    ``model.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant; weight decay
+    ``model.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant, or cosine to
+    0 under ``model.pretrain_schedule="cosine"``, ``copy_lr_factor``; weight decay
     0; gradient clip 1.0) of 64 ``copy_samples`` each, loss on the answer tokens only (the
     message's random ids are not predictable, and their loss would drown the copy signal). fp32
     on CPU. Measured: 81 of 100 fresh samples copied exactly after 250 steps (``docs/drills.md``,
