@@ -189,7 +189,8 @@ def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():
     assert copy_lr_factor(49, 300, "cosine") == pytest.approx(1.0)      # the last warm-up step
     assert copy_lr_factor(299, 300, "constant") == pytest.approx(1.0)
     assert copy_lr_factor(174, 300, "cosine") == pytest.approx(0.5)     # 125 / 250: cos(pi/2)
-    assert copy_lr_factor(111, 300, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.248)))
+    assert copy_lr_factor(111, 300, "cosine") == pytest.approx(
+        0.5 * (1 + math.cos(math.pi * 0.248)))  # (112 - 50) / 250
     assert copy_lr_factor(299, 300, "cosine") == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="cosine"):
         copy_lr_factor(0, 300, "linear")
