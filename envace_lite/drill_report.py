@@ -48,9 +48,17 @@ def load_run(folder: str | Path, control: str | None = None) -> dict[str, Any]:
             "points": s["points"], "seconds": s.get("seconds", {})}
 
 
-def _point(run: dict[str, Any], stage: str) -> dict[str, Any]:
+def _point(run: dict[str, Any], stage: str, optional: bool = False) -> dict[str, Any] | None:
+    """The run's last held-out point of ``stage``; None for a missing ``optional`` one (e.g.
+    ``before_sft`` of a run made with ``--no-before-sft``).
+
+    Raises:
+        KeyError: a missing point that is not ``optional``.
+    """
     pts = [p for p in run["points"] if p["stage"] == stage]
     if not pts:
+        if optional:
+            return None
         raise KeyError(f"{run['folder']}: no held-out point {stage!r}")
     return pts[-1]
 
@@ -92,13 +100,13 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
                              f"{by_group[r['group']][r['seed']]['folder']} and {r['folder']}; "
                              "pass one folder per mode and seed")
         sft, final = _point(r, "after_sft"), _point(r, "after_envace")
+        base = _point(r, "before_sft", optional=True)
         curve = [(p["step"], p["committed_reward"]) for p in r["points"]
                  if p["stage"] in ("after_sft", "step", "after_envace")]
         out["runs"].append({
             "mode": r["mode"], "reward_control": r["reward_control"], "group": r["group"],
             "seed": r["seed"], "folder": r["folder"],
-            "before_sft": next((p["committed_reward"] for p in r["points"]  # None: skipped
-                                if p["stage"] == "before_sft"), None),  # (--no-before-sft)
+            "before_sft": (base or {}).get("committed_reward"),
             "sft": sft["committed_reward"], "final": final["committed_reward"],
             "gain": paired_bootstrap(sft["per_task"], final["per_task"]),
             "per_tier_sft": per_tier(sft["per_task"]), "per_tier_final": per_tier(final["per_task"]),
