@@ -332,6 +332,12 @@ class WarmStartConfig:
     a leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
     error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
     seen an error. The environment is not in the RL loop."""
+    world_rows: int = 0
+    """Beyond the paper: the grounded REHEARSE rows of this many RL-split train tasks (a seeded
+    draw, ``transcripts.world_tasks``) join the SFT rows, every one with its task's grounding
+    (``transcripts.world_examples``). They teach REHEARSE to reuse a matching reference result,
+    which is what it is asked to do with the grounding during RL. Loss falls on the observation
+    only, so ACT never trains on those tasks' gold calls. 0: none."""
     max_length: int = 2048
     """Rows longer than this are skipped and counted, never truncated."""
     epochs: float = 1.0
@@ -473,7 +479,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "eval.limit": (0, None, "[]"), "eval.repeats": (1, None, "[]"),
     "eval.max_turns": (1, None, "[]"),
     "warmstart.sft_share": (0, 1, "[]"), "warmstart.act_share": (0, 1, "[]"),
-    "warmstart.memory_share": (0, 1, "[]"),
+    "warmstart.memory_share": (0, 1, "[]"), "warmstart.world_rows": (0, None, "[]"),
     "warmstart.max_user_turns": (0, None, "[]"), "warmstart.token_budget": (0, None, "[]"),
     "warmstart.max_length": (1, None, "[]"), "warmstart.epochs": (0, None, "(]"),
     "warmstart.max_steps": (0, None, "[]"), "warmstart.learning_rate": (0, None, "(]"),

@@ -208,11 +208,15 @@ def exact_match(rehearsed: str, real: str) -> bool:
 
 
 def pair_metrics(rehearsed: Observation, real: Observation, state_changing: bool) -> dict:
-    """Per-pair numbers: ``exact``, ``matched``/``n_rehearsed``/``n_real`` fields, the two error
-    flags, and (state-changing calls) ``claimed_change`` and ``real_change``."""
+    """Per-pair numbers: ``exact``, ``matched``/``n_rehearsed``/``n_real`` fields, ``keys`` (each
+    top-level scalar field of the real JSON object: did the rehearsal give it the same value?
+    e.g. an order's ``status``, the hidden state a drill's rule turns on), the two error flags,
+    and (state-changing calls) ``claimed_change`` and ``real_change``."""
     fr, fo = fields(rehearsed.content), fields(real.content)
     m = {"exact": exact_match(rehearsed.content, real.content),
          "matched": sum(1 for k, v in fr.items() if fo.get(k) == v),
+         "keys": {k: fr.get(k) == v for k, v in fo.items()
+                  if k != "$" and "." not in k and "[" not in k},
          "n_rehearsed": len(fr), "n_real": len(fo),
          "rehearsed_error": bool(rehearsed.error), "real_error": bool(real.error)}
     if state_changing:
@@ -224,10 +228,12 @@ def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Audit metrics over per-pair records (``pair_metrics`` plus ``parse_ok``).
 
     Returns:
-        ``{"pairs", "exact_match", "field_precision", "field_recall", "error_agreement",
-        "confusion": {"real_error": {"rehearsed_error", "rehearsed_ok"}, "real_ok": {...}},
-        "state_change": {"pairs", "agreement", "claimed_and_real", "claimed_not_real",
-        "real_not_claimed", "neither"}, "parse_rate"}``; rates are None over zero pairs.
+        ``{"pairs", "exact_match", "field_precision", "field_recall", "key_recall",
+        "error_agreement", "confusion": {"real_error": {"rehearsed_error", "rehearsed_ok"},
+        "real_ok": {...}}, "state_change": {"pairs", "agreement", "claimed_and_real",
+        "claimed_not_real", "real_not_claimed", "neither"}, "parse_rate"}``; rates are None over
+        zero pairs. ``key_recall`` maps each top-level key to the share of the pairs whose real
+        object has it where the rehearsal gave the same value.
     """
     n = len(records)
 
@@ -254,6 +260,9 @@ def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
         "field_recall": rate(sum(r["matched"] for r in records), sum(r["n_real"] for r in records)),
         "error_agreement": rate(conf["real_error"]["rehearsed_error"]
                                 + conf["real_ok"]["rehearsed_ok"], n),
+        "key_recall": {k: rate(sum(r["keys"][k] for r in records if k in r.get("keys", {})),
+                                sum(k in r.get("keys", {}) for r in records))
+                       for k in sorted({k for r in records for k in r.get("keys", {})})},
         "confusion": conf, "state_change": sc,
         "parse_rate": rate(sum(r.get("parse_ok", False) for r in records), n),
     }
@@ -306,11 +315,13 @@ def record(p: Pair) -> dict[str, Any]:
 
 def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str, ...],
                   policy: tuple[Any, Any] | None = None, cfg: Config | None = None,
-                  grounded: bool = False) -> tuple[list[Pair], int]:
+                  grounded: bool = False,
+                  exclude: frozenset[str] = frozenset()) -> tuple[list[Pair], int]:
     """Pairs of the first ``limit`` tasks of each suite's ``split``, from each source.
 
     ``policy`` source: committed runs of ``policy = (generator, tokenizer)`` under ``cfg``.
     ``grounded``: attach each task's grounding (``data.load_tasks``) to its gold pairs.
+    ``exclude``: task ids passed over before the first ``limit`` are taken.
     Returns ``(pairs, replay_mismatches)``. ``limit`` 0 means every task.
 
     Raises:
@@ -319,14 +330,15 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
     first_tasks([], limit)
     pairs, mismatches = [], 0
     for suite in suites:
-        ids = first_tasks(list_tasks(suite, split), limit)
+        ids = first_tasks([i for i in list_tasks(suite, split) if i not in exclude], limit)
         if "gold" in sources:
             ground = {}
             if grounded:
                 from envace_lite.data import load_tasks
 
                 ground = {t.id: [g for turn in t.grounding for g in turn]
-                          for t in load_tasks(suite, split, limit=limit)}
+                          for t in load_tasks(suite, split, limit=0 if exclude else limit)
+                          if t.id in ids}
             for tid in ids:
                 env = make_env(suite, tid)
                 events = gold_events(env)
@@ -360,7 +372,10 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         cfg: run config (rendering, budgets, ``eval.decoding`` and ``eval.max_turns``).
         limit: tasks per suite and split (0 = all; negative: ``ConfigError``).
         sources: ``gold`` and/or ``policy`` (held-out pairs, test split).
-        upper_bound: also run the grounded upper bound on train-split gold pairs.
+        upper_bound: also run the grounded upper bound on train-split gold pairs. It passes
+            over the tasks whose grounded REHEARSE rows the warm start trained on
+            (``cfg.warmstart.world_rows``: ``transcripts.world_tasks``), so that it measures
+            the reuse of a reference, not the recall of a trained record.
         out: a folder for ``fidelity.json`` and ``fidelity.png``.
 
     Returns:
@@ -379,10 +394,14 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
                      "slices": sliced(records)},
         "grounded_upper_bound": None, "replay_mismatches": mismatches, "records": records}
     if upper_bound:
-        train, _ = collect_pairs(suites, "train", limit, ("gold",), grounded=True)
+        from envace_lite.transcripts import world_tasks
+
+        seen = frozenset(t.id for t in world_tasks(cfg))
+        train, _ = collect_pairs(suites, "train", limit, ("gold",), grounded=True, exclude=seen)
         rehearse_pairs(train, gen, tok, cfg)
         recs = [record(p) for p in train]
         report["grounded_upper_bound"] = {"label": UPPER_BOUND_LABEL, "grounding": "gold",
+                                          "excluded_world_tasks": len(seen),
                                           "overall": aggregate(recs), "slices": sliced(recs)}
     log.info("fidelity: %d held-out pairs, exact %.3f; replay mismatches %d", len(records),
              report["held_out"]["overall"]["exact_match"] or 0.0, mismatches)

@@ -43,6 +43,8 @@ from envace_lite.transcripts import (
     encode_rehearse,
     heldout_tasks,
     training_tasks,
+    world_examples,
+    world_tasks,
 )
 from envace_lite.types import Task
 
@@ -198,9 +200,12 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
               measure: bool = True) -> Path:
     """The warm-start stage: transcripts → (rates before) → SFT → checkpoint → (rates after).
 
-    Writes ``config.json``, ``summary.json`` (transcript counts, row/token stats, SFT loss,
+    Writes ``config.json``, ``summary.json`` (transcript counts, row/token stats, the
+    ``warmstart.world_rows`` rows' stats when set, SFT loss,
     held-out first-turn call rates before and after) and ``metrics.jsonl`` (SFT loss rows) into
-    ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/``.
+    ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/``. With
+    ``model.checkpoint`` set, SFT starts from that policy (a warm start continued; its tokenizer
+    comes with it).
 
     Args:
         config: a finalized ``Config`` or a profile name.
@@ -223,12 +228,18 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     if not tasks:
         raise ValueError(f"profile {cfg.profile!r} has no warm-start tasks (warmstart.sft_share="
                          f"{cfg.warmstart.sft_share}): set warmstart.sft_share, e.g. 0.5")
+    world = world_tasks(cfg)  # before any model loads: a count out of range fails at once
     model, tok = load_policy(cfg, train=True)  # micro: builds/loads the tokenizer from these
     ts = build_transcripts(tasks, cfg, tok)
     w = cfg.warmstart
     rows, row_stats = sft_rows(ts, tok, w.max_length, w.token_budget, cfg.run.seed, w.act_share)
     summary.update(transcripts=ts.stats, rows=row_stats,
                    rl_tasks=len(training_tasks(cfg, "rl")))
+    if world:  # beyond the paper: grounded REHEARSE rows of RL-split tasks, after the gold's
+        extra, extra_stats = sft_rows(TranscriptSet(rehearse=world_examples(world, cfg, tok)), tok,
+                                      w.max_length, 0, cfg.run.seed)
+        rows += extra
+        summary["world_rows"] = {"tasks": len(world), **extra_stats}
     heldout = heldout_tasks(cfg, cfg.warmstart.eval_first_turns) if measure else []
     if heldout:
         summary["first_turn_before"] = first_turn_call_rates(model, tok, heldout, cfg)
@@ -242,7 +253,8 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     summary["seconds"] = round(time.perf_counter() - start, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     log.info("warm start %s: %d rows, %d tokens, loss %s -> %s, %.0f s; checkpoint %s",
-             cfg.profile, row_stats["rows_kept"], row_stats["tokens"], summary["sft"]["loss_first"],
+             cfg.profile, len(rows), sum(len(r["input_ids"]) for r in rows),
+             summary["sft"]["loss_first"],
              summary["sft"]["loss_last"], summary["seconds"], run_dir / CHECKPOINT)
     return run_dir
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
-from envace_lite.config import Config
+from envace_lite.config import Config, ConfigError
 from envace_lite.generation import chat_ids
 from envace_lite.progress import get_logger
 from envace_lite.types import Observation, Task, ToolCall
@@ -342,6 +342,43 @@ def approx_tokens(text: str) -> int:
     return len(text) // 3 + 1
 
 
+def world_tasks(cfg: Config) -> list[Task]:
+    """The RL-split train tasks whose grounded REHEARSE rows join the warm start
+    (``warmstart.world_rows``; beyond the paper): ``training_tasks(cfg, "rl")`` shuffled with
+    ``random.Random(f"world:{run.seed}")``, the first ``world_rows`` of them.
+
+    Raises:
+        ConfigError: ``world_rows`` exceeds the RL-split task count (the message names both;
+            the CLI prints it as one line).
+    """
+    n = cfg.warmstart.world_rows
+    tasks = training_tasks(cfg, "rl") if n else []
+    if n > len(tasks):
+        raise ConfigError(f"warmstart.world_rows={n}: the RL split of {cfg.grpo.suites} has "
+                         f"{len(tasks)} tasks; use at most {len(tasks)}")
+    random.Random(f"world:{cfg.run.seed}").shuffle(tasks)
+    return tasks[:n]
+
+
+def world_examples(tasks: list[Task], cfg: Config,
+                   tokenizer: Any = None) -> list[RehearseExample]:
+    """REHEARSE rows of ``tasks``, each with its task's grounding in the prompt
+    (``task_transcripts(..., gold=True)``): one row per gold call, whose target is that call's
+    real result, which the prompt's reference block also holds. No ACT rows, no grounding drop.
+    ``tokenizer`` counts prompt tokens for trimming (``approx_tokens`` when None).
+
+    Source: beyond the paper (``warmstart.world_rows``). The grounded REHEARSE prompt is the
+    reference code's, which the paper's equation does not have (``docs/design.md``, decision 5).
+    """
+    require_train(tasks)
+    if tokenizer is None:
+        count = approx_tokens
+    else:
+        def count(text: str) -> int:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+    return [ex for t in tasks for ex in task_transcripts(t, cfg, count, gold=True)[1]]
+
+
 def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
                       seed: int | None = None) -> TranscriptSet:
     """Transcripts of ``tasks``, with grounding drawn per task like ``rollout`` draws it.
@@ -431,5 +468,5 @@ __all__ = [
     "TERMINAL_CALLS", "ActTranscript", "RehearseExample", "TranscriptSet", "approx_tokens",
     "build_transcripts", "closing_text", "encode_act", "encode_rehearse", "heldout_tasks",
     "require_train", "scenario_key", "sft_fraction", "split_sft_rl", "task_transcripts",
-    "training_tasks", "truncate_user_turns",
+    "training_tasks", "truncate_user_turns", "world_examples", "world_tasks",
 ]

@@ -70,6 +70,10 @@ def test_pair_metrics_and_aggregate_by_hand():
     assert m["pairs"] == 4 and m["exact_match"] == 0.25
     # matched 2 + 1 + 0 + 0 = 3; rehearsed fields 2 + 3 + 1 + 1 = 7; real 2 + 2 + 1 + 1 = 6
     assert m["field_precision"] == pytest.approx(3 / 7) and m["field_recall"] == 0.5
+    # top-level keys of the real objects (pairs 1 and 2; the errors are not objects): id right
+    # in both, s right in pair 1 only
+    assert records[1]["keys"] == {"id": True, "s": False} and records[2]["keys"] == {}
+    assert m["key_recall"] == {"id": 1.0, "s": 0.5}
     assert m["confusion"] == {"real_error": {"rehearsed_error": 1, "rehearsed_ok": 1},
                               "real_ok": {"rehearsed_error": 0, "rehearsed_ok": 2}}
     assert m["error_agreement"] == 0.75 and m["parse_rate"] == 0.75
@@ -162,3 +166,22 @@ def test_oracle_rehearsal_scores_exact(tok):
     # REHEARSE saw <unavailable>, never the grounding (held-out pairs)
     (_, prompts), = gen.calls
     assert all("<unavailable>" in tok.decode(p) for p in prompts)
+
+
+def test_upper_bound_passes_over_the_tasks_of_the_warm_starts_world_rows():
+    """``exclude`` skips ids before the first ``limit``; the grounding still rides along."""
+    from envace_lite.envs import list_tasks
+    from envace_lite.transcripts import world_tasks
+
+    suite = "tau2-retail-drills"
+    ids = list_tasks(suite, "train")
+    pairs, _ = collect_pairs([suite], "train", 2, ("gold",), grounded=True,
+                             exclude=frozenset(ids[:3]))
+    assert [p.task_id for p in pairs][0] == ids[3]
+    assert {p.task_id for p in pairs} == set(ids[3:5])
+    assert all(p.grounding for p in pairs)  # each pair carries its task's real results
+    cfg = get_config("drills", {"warmstart.world_rows": 400})
+    seen = frozenset(t.id for t in world_tasks(cfg))
+    pairs, _ = collect_pairs([suite], "train", 5, ("gold",), exclude=seen)
+    assert {p.task_id for p in pairs} == set([i for i in ids if i not in seen][:5])
+    assert len(seen) == 400 and set(ids[:30]) & seen  # the first train drills were drawn

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 
 from envace_lite import protocol
-from envace_lite.config import get_config
+from envace_lite.config import ConfigError, get_config
 from envace_lite.data import load_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
@@ -177,6 +177,23 @@ def test_smoke_warm_start_end_to_end(tmp_path):
     assert trainable.training
 
 
+
+def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
+    """``warmstart.world_rows``: the rows of ``world_examples(world_tasks(cfg))`` join SFT."""
+    import json
+
+    from envace_lite.transcripts import world_examples, world_tasks
+
+    cfg = get_config("smoke", {"warmstart.world_rows": 2, "warmstart.eval_first_turns": 0})
+    world = world_tasks(cfg)
+    expected = world_examples(world, cfg, load_policy(cfg)[1])
+    run = warmstart(cfg, tmp_path / "ws", measure=False)
+    summary = json.loads((run / "summary.json").read_text())
+    extra = summary["world_rows"]
+    assert extra["tasks"] == 2 and extra["act_rows"] == 0
+    assert extra["rehearse_rows"] + extra["rows_too_long"] == len(expected) > 0
+    assert summary["sft"]["steps"] == 1 and (run / CHECKPOINT / "config.json").exists()
+
 # ---------------------------------------------------------------------------------------------
 # Beyond the paper: memory transcripts and the Fig. 7 slip rows of the warm start
 # ---------------------------------------------------------------------------------------------
@@ -243,3 +260,35 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
     assert (more.stats["act_outputs"], more.stats["rehearse_examples"]) == (
         plain.stats["act_outputs"], plain.stats["rehearse_examples"])
     assert all(r.observation["error"] for r in more.rehearse[len(plain.rehearse):])
+
+
+def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
+    from envace_lite.transcripts import world_examples, world_tasks
+    cfg, sft = _drill_tasks()
+    cfg.warmstart.world_rows = 6
+    world = world_tasks(cfg)
+    rl_ids = [t.id for t in training_tasks(cfg, "rl")]
+    assert len(world) == 6 and {t.id for t in world} <= set(rl_ids)
+    assert not {t.id for t in world} & {t.id for t in sft}  # never an SFT task
+    assert [t.id for t in world_tasks(cfg)] == [t.id for t in world]  # seeded draw
+    cfg.run.seed = 1
+    assert [t.id for t in world_tasks(cfg)] != [t.id for t in world]
+    exs = world_examples(world, cfg)
+    # one row per gold call, every one grounded, the target being that call's real result; a
+    # task's first call has the shortest prompt, so its reference block is never trimmed and
+    # holds that result verbatim
+    assert len(exs) == sum(len(pairs) for t in world for pairs in t.grounding)
+    for ex in exs:
+        assert ex.grounding == "gold" and ex.target == protocol.rehearsal_text(
+            ex.observation["content"])
+    firsts = [next(ex for ex in exs if ex.task_id == t.id) for t in world]
+    assert all(ex.observation["content"] in ex.messages[-1]["content"] for ex in firsts)
+    look = next(t for t in world_tasks(get_config("drills", {"warmstart.world_rows": 200}))
+                if t.id.startswith("lookup:"))
+    (row,) = world_examples([look], cfg)  # a lookup drill makes one call: its order's record
+    assert (row.call["name"], row.call["arguments"]) == (
+        "get_order_details", {"order_id": "#" + look.id.split(":")[1]})
+    assert f'"order_id": "#{look.id.split(":")[1]}"' in row.observation["content"]
+    cfg.warmstart.world_rows = len(rl_ids) + 1
+    with pytest.raises(ConfigError, match=f"has {len(rl_ids)} tasks; use at most {len(rl_ids)}"):
+        world_tasks(cfg)
