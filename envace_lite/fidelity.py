@@ -36,7 +36,7 @@ Usage::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -372,15 +372,18 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         cfg: run config (rendering, budgets, ``eval.decoding`` and ``eval.max_turns``).
         limit: tasks per suite and split (0 = all; negative: ``ConfigError``).
         sources: ``gold`` and/or ``policy`` (held-out pairs, test split).
-        upper_bound: also run the grounded upper bound on train-split gold pairs. It passes
-            over the tasks whose grounded REHEARSE rows the warm start trained on
+        upper_bound: also run the grounded upper bound on train-split gold pairs, and the same
+            pairs again with ``<unavailable>`` in place of the grounding, so that the difference
+            is what REHEARSE takes from the real results in its prompt. It passes over the
+            tasks whose grounded REHEARSE rows the warm start trained on
             (``cfg.warmstart.world_rows``: ``transcripts.world_tasks``), so that it measures
             the reuse of a reference, not the recall of a trained record.
         out: a folder for ``fidelity.json`` and ``fidelity.png``.
 
     Returns:
         ``{"held_out": {"grounding": "none", "overall", "slices"}, "grounded_upper_bound":
-        {"label", "grounding": "gold", "overall", "slices"} | None, "replay_mismatches",
+        {"label", "grounding": "gold", "excluded_world_tasks", "overall", "slices",
+        "same_pairs_without_grounding"} | None, "replay_mismatches",
         "records", "config"}``.
     """
     gen, tok = policy
@@ -398,11 +401,15 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
 
         seen = frozenset(t.id for t in world_tasks(cfg))
         train, _ = collect_pairs(suites, "train", limit, ("gold",), grounded=True, exclude=seen)
+        bare = [replace(p, grounding=None) for p in train]
         rehearse_pairs(train, gen, tok, cfg)
+        rehearse_pairs(bare, gen, tok, cfg)
         recs = [record(p) for p in train]
-        report["grounded_upper_bound"] = {"label": UPPER_BOUND_LABEL, "grounding": "gold",
-                                          "excluded_world_tasks": len(seen),
-                                          "overall": aggregate(recs), "slices": sliced(recs)}
+        report["grounded_upper_bound"] = {
+            "label": UPPER_BOUND_LABEL, "grounding": "gold", "excluded_world_tasks": len(seen),
+            "overall": aggregate(recs), "slices": sliced(recs),
+            # the same pairs with <unavailable>: what the grounding itself adds
+            "same_pairs_without_grounding": aggregate([record(p) for p in bare])}
     log.info("fidelity: %d held-out pairs, exact %.3f; replay mismatches %d", len(records),
              report["held_out"]["overall"]["exact_match"] or 0.0, mismatches)
     if out is not None:

@@ -185,3 +185,29 @@ def test_upper_bound_passes_over_the_tasks_of_the_warm_starts_world_rows():
     pairs, _ = collect_pairs([suite], "train", 5, ("gold",), exclude=seen)
     assert {p.task_id for p in pairs} == set([i for i in ids if i not in seen][:5])
     assert len(seen) == 400 and set(ids[:30]) & seen  # the first train drills were drawn
+
+
+def test_upper_bound_rehearses_the_same_pairs_again_without_grounding(tok):
+    """A REHEARSE that answers ``pending`` only when its prompt lacks the real results: the
+    grounded pairs get ``{}`` (recall 0), their bare twins get the status recall of the data."""
+    prompts = []
+
+    def fn(role, prompt):
+        bare = "for this task\n<unavailable>" in tok.decode(prompt)  # the reference block
+        prompts.append(bare)
+        return protocol.rehearsal_text('{"status": "pending"}' if bare else "{}")
+
+    suite = "tau2-retail-drills"
+    report = audit((ScriptedGenerator(fn, tok), tok), [suite], cfg_(), limit=2,
+                   sources=("gold",))
+    ub = report["grounded_upper_bound"]
+    without = ub["same_pairs_without_grounding"]
+    train, _ = collect_pairs([suite], "train", 2, ("gold",))
+    statuses = [fields(p.real.content).get("status") for p in train]  # JSON-encoded values
+    assert ub["overall"]["pairs"] == without["pairs"] == len(train) > 0
+    assert ub["overall"]["field_recall"] == 0.0 and ub["overall"]["key_recall"]["status"] == 0.0
+    with_status = [s for s in statuses if s is not None]
+    assert without["key_recall"]["status"] == pytest.approx(
+        with_status.count('"pending"') / len(with_status))
+    held = report["held_out"]["overall"]["pairs"]
+    assert prompts.count(False) == len(train) and prompts.count(True) == held + len(train)
