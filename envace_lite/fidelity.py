@@ -44,7 +44,7 @@ from envace_lite import protocol
 from envace_lite.commit import Episode, run_committed
 from envace_lite.config import Config, first_tasks
 from envace_lite.envs import list_tasks, make_env
-from envace_lite.generation import chat_ids
+from envace_lite.generation import chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.rollout import rehearsal_observation
 from envace_lite.types import DECODING, Observation, ToolCall
@@ -288,10 +288,7 @@ def rehearse_pairs(pairs: list[Pair], generator: Any, tokenizer: Any, cfg: Confi
     if not pairs:
         return
     rc = cfg.rollout
-
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
-
+    count = token_counter(tokenizer)
     prompt_ids = [chat_ids(tokenizer, protocol.rehearse_messages(
         p.tools, p.grounding, p.history, p.call, count, rc.max_prompt_tokens,
         rc.rendering).messages) for p in pairs]

@@ -97,6 +97,14 @@ def chat_ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prom
     return [int(i) for i in out]
 
 
+def token_counter(tokenizer: Any) -> Callable[[str], int]:
+    """``text -> number of tokens`` under ``tokenizer`` (no special tokens added): the counter
+    the REHEARSE prompt builder trims with (``protocol.rehearse_messages``)."""
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+    return count
+
+
 def stop_ids(model: Any, tokenizer: Any) -> list[int]:
     """Ids that end a completion: the tokenizer's eos, ``<|im_end|>`` and the model's eos ids."""
     ids = {tokenizer.eos_token_id}

@@ -40,6 +40,7 @@ from envace_lite.config import Config
 from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.progress import get_logger
 from envace_lite.prompts import assistant_text, tool_response_message
+from envace_lite.rehearse_prompt import rehearsal_text
 from envace_lite.types import Observation, ToolCall
 
 log = get_logger(__name__)
@@ -436,12 +437,11 @@ def _record_sample(rng: random.Random, kind: str, forbidden: frozenset[str]
             return None
         refs.append((arg, _record(rng, kind, arg)))
     target, record = refs[rng.randrange(len(refs))]
-    blocks = "\n".join(f"{_call('lookup', {kind: a})}\n<execution_result>\n{json.dumps(r)}\n"
-                       "</execution_result>" for a, r in refs)
+    blocks = "\n".join(f"{_call('lookup', {kind: a})}\n{rehearsal_text(json.dumps(r))}"
+                       for a, r in refs)
     text = (f"Reference calls and their results:\n{blocks}\n\nCurrent call:\n"
             f"{_call('lookup', {kind: target})}")
-    return ([{"role": "user", "content": text}],
-            f"<execution_result>\n{json.dumps(record)}\n</execution_result>")
+    return [{"role": "user", "content": text}], rehearsal_text(json.dumps(record))
 
 
 def tau2_ids() -> frozenset[str]:

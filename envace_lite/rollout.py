@@ -58,7 +58,7 @@ from envace_lite import protocol
 from envace_lite.config import Config
 from envace_lite.engine import ActHooks, ActState, ChatGlue, chat_glue, ids_with_stop, run_turns
 from envace_lite.envs import Env, make_env
-from envace_lite.generation import Completion, Generator, chat_ids
+from envace_lite.generation import Completion, Generator, chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.protocol import ErrorCode
 from envace_lite.rewards import judge_turn
@@ -336,9 +336,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
                          temperature=rc.temperature, top_p=rc.top_p)
         return
 
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
-
+    count = token_counter(tokenizer)
     built = []
     for s, j, call in jobs:
         if s.traj.stop_reason == "error":  # an earlier call of this trajectory failed

@@ -42,7 +42,7 @@ from typing import Any
 
 from envace_lite import protocol
 from envace_lite.config import Config, ConfigError
-from envace_lite.generation import chat_ids
+from envace_lite.generation import chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.types import Observation, Task, ToolCall
 
@@ -371,11 +371,7 @@ def world_examples(tasks: list[Task], cfg: Config,
     reference code's, which the paper's equation does not have (``docs/design.md``, decision 5).
     """
     require_train(tasks)
-    if tokenizer is None:
-        count = approx_tokens
-    else:
-        def count(text: str) -> int:
-            return len(tokenizer.encode(text, add_special_tokens=False))
+    count = approx_tokens if tokenizer is None else token_counter(tokenizer)
     return [ex for t in tasks for ex in task_transcripts(t, cfg, count, gold=True)[1]]
 
 
@@ -397,11 +393,7 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
     """
     require_train(tasks)
     rng = random.Random(cfg.run.seed if seed is None else seed)
-    if tokenizer is None:
-        count = approx_tokens
-    else:
-        def count(text: str) -> int:
-            return len(tokenizer.encode(text, add_special_tokens=False))
+    count = approx_tokens if tokenizer is None else token_counter(tokenizer)
     out = TranscriptSet()
     w = cfg.warmstart
     memory_rng = random.Random(f"memory:{cfg.run.seed if seed is None else seed}")
