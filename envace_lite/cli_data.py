@@ -207,8 +207,8 @@ def drills_report(
                    f"{100 * r['final']:.1f} %  gain {100 * g['diff']:+.1f} "
                    f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks")
     for mode, v in rep["vs_shared"].items():
-        typer.echo(f"{mode} - shared: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, "
-                   f"{100 * v['hi']:+.1f}]")
+        typer.echo(f"{mode} - shared (seeds {', '.join(map(str, v['seeds']))}): "
+                   f"{100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]")
     for group, v in rep["vs_control"].items():
         mode = group.split("+")[0]
         for sd, d in list(v["per_seed"].items()) + [("pooled", v["pooled"])]:

@@ -82,11 +82,14 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
         ``{"runs": [{mode, reward_control, group, seed, sft, final, gain (paired CI),
         per_tier_sft, per_tier_final, curve [(step, success)], failed_real_calls}], "modes":
         {group: {seeds, sft, final (CI over tasks of the per-task seed mean), gain_vs_sft
-        (paired)}}, "vs_shared": {mode: paired CI of mode - shared}, "vs_control": {group:
+        (paired)}}, "vs_shared": {mode: paired CI of mode - shared on the per-task means over the
+        seeds both ran, with those "seeds"}, "vs_control": {group:
         {"seeds", "per_seed": {seed: paired CI of real - control}, "pooled": paired CI of real -
         control on the per-task means over those seeds}}}``. A control is paired with the
         real-reward run of its mode and seed (the same warm start), at both runs' last point;
-        seeds without such a run are left out of ``vs_control``.
+        seeds without such a run are left out of ``vs_control``. Likewise a mode is compared
+        with ``shared`` on their common seeds only, and a mode with none is left out of
+        ``vs_shared``.
 
     Raises:
         ValueError: two folders of the same group and seed (their results would be mixed).
@@ -125,10 +128,16 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
                                "final": bootstrap_mean(fin),
                                "gain_vs_sft": paired_bootstrap(sft, fin),
                                "per_tier_final": per_tier(fin)}
-    if "shared" in mean_final:
-        for group, fin in mean_final.items():
-            if group != "shared" and next(iter(by_group[group].values()))["control"] == "none":
-                out["vs_shared"][group] = paired_bootstrap(mean_final["shared"], fin)
+    shared = by_group.get("shared", {})
+    for group, seeds in by_group.items():
+        common = sorted(set(seeds) & set(shared))
+        if group == "shared" or next(iter(seeds.values()))["control"] != "none" or not common:
+            continue
+        # the same warm starts on both sides: shared's other seeds stay out of the comparison
+        out["vs_shared"][group] = {
+            **paired_bootstrap(_seed_mean([shared[sd]["final"] for sd in common]),
+                               _seed_mean([seeds[sd]["final"] for sd in common])),
+            "seeds": common}
     for group, seeds in by_group.items():
         first = next(iter(seeds.values()))
         real = by_group.get(first["mode"], {})

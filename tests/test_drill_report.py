@@ -104,6 +104,27 @@ def test_report_gains_and_the_comparison_with_shared(tmp_path):
     assert c["before_sft"] is None and c["gain"]["diff"] == 0.5
 
 
+def test_report_compares_a_mode_with_shared_on_their_common_seeds_only(tmp_path):
+    sft = [0, 0, 1, 1]
+    shared = [_run(tmp_path / "shared_s0", "shared", sft, [1, 0, 1, 1], 0),
+              _run(tmp_path / "shared_s1", "shared", sft, [0, 0, 0, 0], 1),
+              _run(tmp_path / "shared_s2", "shared", sft, [1, 1, 1, 1], 2)]
+    act_only = _run(tmp_path / "act_only_s0", "act_only", sft, [0, 0, 1, 1], 0)
+    lone = _run(tmp_path / "per_role_s5", "per_role", sft, [1, 1, 1, 1], 5)
+    rep = report(shared + [act_only, lone])
+    # shared's seed mean over s0, s1, s2 is (2/3, 1/3, 2/3, 2/3): against it act_only would be
+    # -1/12; on seed 0 alone, task by task, it is -1, 0, 0, 0
+    v = rep["vs_shared"]["act_only"]
+    assert v["seeds"] == [0] and v["diff"] == -0.25 and v["tasks"] == 4
+    assert -1.0 <= v["lo"] <= -0.25 <= v["hi"] <= 0.0
+    assert "per_role" not in rep["vs_shared"]  # no seed in common with shared
+    assert rep["modes"]["shared"]["seeds"] == 3
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(shared[0]), "--run",
+                                   str(shared[1]), "--run", str(act_only)])
+    assert res.exit_code == 0, res.output
+    assert "act_only - shared (seeds 0): -25.0 [" in res.output
+
+
 def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):
     base = _rows(tmp_path / "none_n0", [1, 0, 0, 1], [0, 2, 1, 0], [1, 2, 1, 1])
     mixed = _rows(tmp_path / "mixed", [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0], "parallel", 2)
