@@ -119,11 +119,9 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
         by_group.setdefault(r["group"], {})[r["seed"]] = {
             "folder": r["folder"], "mode": r["mode"], "control": r["reward_control"],
             "sft": sft["per_task"], "final": final["per_task"]}
-    mean_final: dict[str, dict[str, float]] = {}
     for group, seeds in by_group.items():
         rs = list(seeds.values())
         fin, sft = _seed_mean([x["final"] for x in rs]), _seed_mean([x["sft"] for x in rs])
-        mean_final[group] = fin
         out["modes"][group] = {"seeds": len(rs), "sft": bootstrap_mean(sft),
                                "final": bootstrap_mean(fin),
                                "gain_vs_sft": paired_bootstrap(sft, fin),
