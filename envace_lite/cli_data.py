@@ -189,6 +189,7 @@ def drills_report(
     control: list[str] = typer.Option([], help="shuffled-reward control run(s) whose summary "
                                       "predates its reward_control field"),
     out: str = typer.Option("", help="write report.json and effect.png here"),
+    step: int = typer.Option(-1, help="compare every run at this RL step (-1: its last point)"),
 ) -> None:
     """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
     control runs (``grpo.reward_control=shuffle``), real − control on the same warm starts."""
@@ -196,7 +197,7 @@ def drills_report(
 
     from envace_lite.drill_report import figure, report
 
-    rep = report(run, control)
+    rep = report(run, control, None if step < 0 else step)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "report.json").write_text(json.dumps(rep, indent=1) + "\n")

@@ -63,13 +63,35 @@ def _point(run: dict[str, Any], stage: str, optional: bool = False) -> dict[str,
     return pts[-1]
 
 
+def _at_step(run: dict[str, Any], step: int) -> dict[str, Any]:
+    """The run's held-out point at RL step ``step`` (a ``step`` or ``after_envace`` point).
+
+    Raises:
+        KeyError: the run has no point at that step; the message names the steps it has.
+    """
+    pts = [p for p in run["points"] if p["stage"] in ("step", "after_envace") and p["step"] == step]
+    if not pts:
+        have = sorted({p["step"] for p in run["points"] if p["stage"] in ("step", "after_envace")})
+        raise KeyError(f"{run['folder']}: no held-out point at step {step}; it has steps {have}")
+    return pts[-1]
+
+
+def _pooled(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]],
+            seeds: list[int]) -> dict[str, Any]:
+    """Paired CI of ``b - a`` on the per-task means of the final points over ``seeds`` (each a
+    key of both ``a`` and ``b``, seed -> that run's ``{"final": {task: reward}}``)."""
+    return paired_bootstrap(_seed_mean([a[sd]["final"] for sd in seeds]),
+                            _seed_mean([b[sd]["final"] for sd in seeds]))
+
+
 def _seed_mean(per_seed: list[dict[str, float]]) -> dict[str, float]:
     """The per-task mean over seeds, on the tasks every seed holds."""
     keys = sorted(set.intersection(*(set(x) for x in per_seed)))
     return {k: statistics.fmean(x[k] for x in per_seed) for k in keys}
 
 
-def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[str, Any]:
+def report(folders: list[str | Path], controls: list[str | Path] = (),
+           step: int | None = None) -> dict[str, Any]:
     """The reproduction's numbers (see the module docstring).
 
     Args:
@@ -77,6 +99,8 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
             records ``reward_control="shuffle"`` joins the group ``<mode>+shuffle``.
         controls: folders of shuffled-reward control runs whose summaries predate the field
             (read as ``reward_control="shuffle"``).
+        step: compare every run at this RL step (its ``step`` or ``after_envace`` point)
+            instead of at its last ``after_envace`` point; None: the last one.
 
     Returns:
         ``{"runs": [{mode, reward_control, group, seed, sft, final, gain (paired CI),
@@ -93,6 +117,7 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
 
     Raises:
         ValueError: two folders of the same group and seed (their results would be mixed).
+        KeyError: a run lacks its ``after_sft`` point, or the point at ``step``.
     """
     runs = [load_run(f) for f in folders] + [load_run(f, "shuffle") for f in controls]
     out: dict[str, Any] = {"runs": [], "modes": {}, "vs_shared": {}, "vs_control": {}}
@@ -102,7 +127,8 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
             raise ValueError(f"two runs of {r['group']} seed {r['seed']}: "
                              f"{by_group[r['group']][r['seed']]['folder']} and {r['folder']}; "
                              "pass one folder per mode and seed")
-        sft, final = _point(r, "after_sft"), _point(r, "after_envace")
+        sft = _point(r, "after_sft")
+        final = _point(r, "after_envace") if step is None else _at_step(r, step)
         base = _point(r, "before_sft", optional=True)
         curve = [(p["step"], p["committed_reward"]) for p in r["points"]
                  if p["stage"] in ("after_sft", "step", "after_envace")]
@@ -132,10 +158,7 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
         if group == "shared" or next(iter(seeds.values()))["control"] != "none" or not common:
             continue
         # the same warm starts on both sides: shared's other seeds stay out of the comparison
-        out["vs_shared"][group] = {
-            **paired_bootstrap(_seed_mean([shared[sd]["final"] for sd in common]),
-                               _seed_mean([seeds[sd]["final"] for sd in common])),
-            "seeds": common}
+        out["vs_shared"][group] = {**_pooled(shared, seeds, common), "seeds": common}
     for group, seeds in by_group.items():
         first = next(iter(seeds.values()))
         real = by_group.get(first["mode"], {})
@@ -146,8 +169,7 @@ def report(folders: list[str | Path], controls: list[str | Path] = ()) -> dict[s
             "seeds": common,
             "per_seed": {sd: paired_bootstrap(seeds[sd]["final"], real[sd]["final"])
                          for sd in common},
-            "pooled": paired_bootstrap(_seed_mean([seeds[sd]["final"] for sd in common]),
-                                       _seed_mean([real[sd]["final"] for sd in common]))}
+            "pooled": _pooled(seeds, real, common)}
     return out
 
 

@@ -125,6 +125,35 @@ def test_report_compares_a_mode_with_shared_on_their_common_seeds_only(tmp_path)
     assert "act_only - shared (seeds 0): -25.0 [" in res.output
 
 
+def test_report_at_a_step_pairs_every_run_at_that_step(tmp_path):
+    sft = [0, 0, 1, 1]
+    shared = _run(tmp_path / "shared", "shared", sft, [1, 1, 1, 1])  # after_envace at step 2
+    act_only = _run(tmp_path / "act_only", "act_only", sft, [0, 0, 0, 1])
+    for folder, at1 in ((shared, [1, 0, 1, 1]), (act_only, [0, 0, 1, 1])):  # a step-1 point
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["points"].insert(2, {"stage": "step", "step": 1,
+                                     "committed_reward": sum(at1) / len(at1),
+                                     "fidelity_exact": 0.0,
+                                     "per_task": {f"{S}|{t}": x for t, x in zip(TASKS, at1)}})
+        (folder / "summary.json").write_text(json.dumps(summary))
+    last, at1 = report([shared, act_only]), report([shared, act_only], step=1)
+    assert [r["final"] for r in last["runs"]] == [1.0, 0.25]
+    assert [r["final"] for r in at1["runs"]] == [0.75, 0.5]
+    assert [r["gain"]["diff"] for r in at1["runs"]] == [0.25, 0.0]
+    # act_only - shared at step 1, task by task: -1, 0, 0, 0; at step 2: -1, -1, -1, 0
+    assert at1["vs_shared"]["act_only"]["diff"] == -0.25
+    assert last["vs_shared"]["act_only"]["diff"] == -0.75
+    assert report([shared], step=2)["runs"][0]["final"] == 1.0  # the after_envace point
+    with pytest.raises(KeyError, match=r"no held-out point at step 3; it has steps \[1, 2\]"):
+        report([shared], step=3)
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(shared), "--run",
+                                   str(act_only), "--step", "1"])
+    assert res.exit_code == 0, res.output
+    assert "act_only - shared (seeds 0): -25.0 [" in res.output
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(shared), "--step", "3"])
+    assert res.exit_code == 2 and "it has steps [1, 2]" in res.output
+
+
 def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):
     base = _rows(tmp_path / "none_n0", [1, 0, 0, 1], [0, 2, 1, 0], [1, 2, 1, 1])
     mixed = _rows(tmp_path / "mixed", [1, 1, 0, 0], [0, 0, 1, 0], [1, 1, 1, 0], "parallel", 2)
