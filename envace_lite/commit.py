@@ -222,6 +222,7 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, 
         "real_calls": ep.env.real_calls, "violations": ep.violations,
         "failed_real_calls": sum(1 for e in ep.events if e["kind"] == "step"
                                  for o in e["observations"] if o.get("error")),
+        "real_call_log": _call_log(ep),
         "parse_errors": ep.parse_errors, "stop_reason": ep.stop_reason,
         "rehearsal": mode, "n": n, "rehearsal_real_calls": ep.rehearsal_real_calls,
         "rehearsal_tokens": ep.rehearsal_tokens, "rehearse_outputs": ep.rehearse_outputs,
@@ -233,6 +234,26 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, 
         "rendering": cfg.rollout.rendering, "decoding": cfg.eval.decoding,
         "seconds": round(ep.seconds, 2), "error": ep.error, "details": _jsonable(details),
     }
+
+
+CALL_LOG_CHARS = 200
+"""Characters of each real observation kept in a row's ``real_call_log``."""
+
+
+def _call_log(ep: Episode) -> list[dict[str, Any]]:
+    """The real calls of a committed execution, in order, for error analysis.
+
+    Returns:
+        One ``{"name", "arguments", "error", "observation"}`` per call that reached the
+        environment (``Episode.events``; gated calls never do): the call as parsed, tau2's (or the
+        backend's) error flag, and the first ``CALL_LOG_CHARS`` characters of its observation.
+        ``sum(c["error"] for c in log)`` is the row's ``failed_real_calls``.
+    """
+    return [{"name": c.get("name", ""), "arguments": c.get("arguments", {}),
+             "error": bool(o.get("error")),
+             "observation": str(o.get("content", ""))[:CALL_LOG_CHARS]}
+            for e in ep.events if e["kind"] == "step"
+            for c, o in zip(e["calls"], e["observations"])]
 
 
 def _fail(ep: Episode, where: str, exc: BaseException) -> None:
@@ -431,7 +452,8 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
 
     Returns:
         One row per episode, in the order of ``episodes``: ``task_id, suite, repeat, reward,
-        turns, user_turns, tool_calls, real_calls, violations, parse_errors, stop_reason,
+        turns, user_turns, tool_calls, real_calls, violations, failed_real_calls,
+        real_call_log (``_call_log``), parse_errors, stop_reason,
         rehearsal, n, rehearsal_real_calls (0), rehearsal_tokens, rehearse_outputs,
         memory_tokens, feedback_parse_errors, empty_memories, truncated_memories, memories,
         rehearsal_seconds, rehearsal_decoding, write_gate, gated_calls, grounding ("none"),

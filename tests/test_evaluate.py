@@ -71,6 +71,13 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
     assert row["parse_errors"] == 2          # the broken JSON and the empty output
     assert row["violations"] == 2            # the unknown tool and the wrong argument type
     assert row["real_calls"] == 1            # cd(folder=3) reaches the backend, which answers an error
+    # the row logs both calls that reached the env adapter, in order, with the errors it answered
+    assert row["real_call_log"] == [
+        {"name": "rm_rf_all", "arguments": {}, "error": True,
+         "observation": "Error during execution: function 'rm_rf_all' is not available"},
+        {"name": "cd", "arguments": {"folder": 3}, "error": True,
+         "observation": "Error during execution: 'int' object has no attribute 'rstrip'"}]
+    assert row["failed_real_calls"] == 2 == sum(c["error"] for c in row["real_call_log"])
     assert row["stop_reason"] == "turn_limit" and row["reward"] == 0.0
 
 
