@@ -242,7 +242,9 @@ def drills_sweep(
                    f"failed real calls / episode {v['failed_real_calls_per_episode']:.2f} "
                    f"({f['diff']:+.2f} [{f['lo']:+.2f}, {f['hi']:+.2f}]"
                    + (f", {100 * change:+.0f} %" if change is not None else "") + "); "
-                   f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
+                   + (f"{kinds['hash_slip']} of {kinds['hash_slip'] + kinds['other']} failed "
+                      "calls are # slips; " if (kinds := v["failed_call_kinds"]) else "")
+                   + f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
                    "real call")
 
 

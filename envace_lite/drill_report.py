@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,43 @@ def report(folders: list[str | Path], controls: list[str | Path] = (),
     return out
 
 
+_BARE_ORDER_ID = re.compile(r"W\d{7}")
+
+
+def is_hash_slip(call: dict[str, Any]) -> bool:
+    """Whether a logged real call is the paper's Fig. 7 slip: an order id without its ``#``.
+
+    Args:
+        call: one entry of a row's ``real_call_log`` (``commit._call_log``): ``{"name",
+            "arguments", ...}``.
+
+    Returns:
+        True when a string argument is exactly ``W`` and 7 digits (``W4284542``, where tau2's
+        retail tools take ``#W4284542``; tau2 answers it ``Error: order not found``), else False.
+        Other failed calls (another id, a wrong tool or argument) are not slips.
+    """
+    args = call.get("arguments")
+    return isinstance(args, dict) and any(
+        isinstance(v, str) and _BARE_ORDER_ID.fullmatch(v) is not None for v in args.values())
+
+
+def failed_call_kinds(rows: list[dict[str, Any]]) -> dict[str, int] | None:
+    """Failed real calls of committed executions, split into Fig. 7 slips and the rest.
+
+    Args:
+        rows: ``evaluate`` rows.
+
+    Returns:
+        ``{"hash_slip": k, "other": m}`` over every failed logged call (``is_hash_slip``), or
+        None when a row has no ``real_call_log`` (rows written before the log existed).
+    """
+    if any("real_call_log" not in r for r in rows):
+        return None
+    failed = [c for r in rows for c in r["real_call_log"] if c.get("error")]
+    slips = sum(is_hash_slip(c) for c in failed)
+    return {"hash_slip": slips, "other": len(failed) - slips}
+
+
 def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
     """A private-rehearsal sweep on the drills: each eval folder against the N = 0 folder.
 
@@ -196,8 +234,9 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         ``failed_real_calls_vs_n0`` (``paired_bootstrap`` of the per-episode count),
         ``failed_real_calls_change`` (relative; None when N = 0 had none),
         ``real_calls_per_episode``, ``episodes_with_real_call``, ``episodes_with_ok_real_call``
-        (a real call answered without an error), ``memory_tokens_per_episode`` and
-        ``empty_memories``.
+        (a real call answered without an error), ``failed_call_kinds`` (the failed real calls
+        that are Fig. 7 slips and the others, ``failed_call_kinds``; None for rows without a
+        call log), ``memory_tokens_per_episode`` and ``empty_memories``.
 
     Raises:
         FileNotFoundError: a folder has no ``results.jsonl``.
@@ -256,6 +295,7 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
             "episodes_with_real_call": sum(r["real_calls"] > 0 for r in rs),
             "episodes_with_ok_real_call": sum(r["real_calls"] > r["failed_real_calls"]
                                               for r in rs),
+            "failed_call_kinds": failed_call_kinds(rs),
             "memory_tokens_per_episode": sum(r.get("memory_tokens", 0) for r in rs) / n,
             "empty_memories": sum(r.get("empty_memories", 0) for r in rs)}
     return out

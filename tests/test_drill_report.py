@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envace_lite.cli import app
-from envace_lite.drill_report import report, sweep
+from envace_lite.drill_report import failed_call_kinds, is_hash_slip, report, sweep
 
 S = "tau2-retail-drills"
 TASKS = ["lookup:W1", "lookup:W2", "cancel:W3", "return:W4"]
@@ -63,6 +63,26 @@ def test_sweep_cli_writes_the_table_and_names_a_missing_folder(tmp_path):
     res = CliRunner().invoke(app, ["drills", "sweep", "--baseline", str(base), "--run",
                                    str(tmp_path / "nope")])
     assert res.exit_code == 2 and "no results.jsonl" in res.output
+
+
+def test_failed_calls_are_split_into_hash_slips_and_the_rest(tmp_path):
+    slip = {"name": "get_order_details", "arguments": {"order_id": "W1234567"}, "error": True}
+    other = {"name": "get_order_details", "arguments": {"order_id": "#W7654321"}, "error": True}
+    ok_bare = {"name": "get_order_details", "arguments": {"order_id": "W1234567"}, "error": False}
+    assert is_hash_slip(slip) and not is_hash_slip(other)
+    for v in ("W123456", "W12345678", "#W1234567", "w1234567", 1234567):
+        assert not is_hash_slip({"arguments": {"order_id": v}}), v
+    assert not is_hash_slip({"arguments": ["W1234567"]})  # a malformed log entry is not a slip
+    logs = [[slip, other], [ok_bare], [slip], []]  # the accepted bare call is not counted
+    base = _rows(tmp_path / "none_n0", [0, 1, 0, 1], [2, 0, 1, 0], [2, 1, 1, 0])
+    rows = [json.loads(line) for line in (base / "results.jsonl").read_text().splitlines()]
+    (base / "results.jsonl").write_text("".join(
+        json.dumps({**r, "real_call_log": log}) + "\n" for r, log in zip(rows, logs)))
+    assert sweep(base, [])["none_n0"]["failed_call_kinds"] == {"hash_slip": 2, "other": 1}
+    res = CliRunner().invoke(app, ["drills", "sweep", "--baseline", str(base), "--run", str(base)])
+    assert res.exit_code == 0 and "2 of 3 failed calls are # slips" in res.output, res.output
+    # rows written before the log existed: no split rather than a wrong one
+    assert failed_call_kinds(rows) is None and failed_call_kinds([]) == {"hash_slip": 0, "other": 0}
 
 
 def _run(folder, mode, sft, final, seed=0, control=None):
