@@ -123,7 +123,9 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     order) and ``summary.json`` (the points, the first/last-window training reward, wall times,
     and ``grpo.reward_control``, so that a control run is never read as the mode's own run).
     A rerun into the same ``out`` resumes: finished held-out points are kept, training resumes
-    from its last checkpoint.
+    from its last checkpoint. A rerun with more ``grpo.steps`` extends the run: the old last
+    step's ``after_envace`` point becomes a ``step`` point (it is not measured again), and the
+    new last step gets the one ``after_envace`` point.
 
     Args:
         config: a finalized ``Config`` or a profile name (``micro``).
@@ -160,7 +162,16 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
                                     if points_path.exists() else [])
 
     def point(checkpoint: str, stage: str, step: int) -> None:
-        if any(p["stage"] == stage and p["step"] == step for p in points):
+        rl = ("step", "after_envace")
+        done = [p for p in points if p["step"] == step
+                and (p["stage"] == stage or (stage in rl and p["stage"] in rl))]
+        if done:
+            # a run extended past its old last step: that step's point was measured on the same
+            # checkpoint as an after_envace point; it is relabelled, not measured again
+            if done[-1]["stage"] != stage:
+                done[-1]["stage"] = stage
+                points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points},
+                                                  indent=1))
             return
         points.append(heldout_point(cfg, checkpoint, stage, step, eval_limit=eval_limit,
                                     fidelity_limit=fidelity_limit, seed=seed))

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -88,6 +89,38 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
     assert [(p["stage"], p["step"]) for p in nb["points"]] == [("after_sft", 0),
                                                                 ("after_envace", 1)]
     assert nb["points"][0]["committed_reward"] == s["points"][1]["committed_reward"]
+
+
+def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_steps(tmp_path,
+                                                                                  monkeypatch):
+    import envace_lite.experiment as experiment
+    import envace_lite.train as train_mod
+
+    measured = []
+
+    def fake_point(cfg, checkpoint, stage, step, **kw):
+        measured.append((stage, step, Path(checkpoint).name))
+        return {"stage": stage, "step": step, "committed_reward": step / 100}
+
+    monkeypatch.setattr(experiment, "heldout_point", fake_point)
+    monkeypatch.setattr(train_mod, "train", lambda cfg, run_dir: None)
+    monkeypatch.setattr(train_mod, "read_metrics", lambda run_dir: [])
+    cfg = get_config("smoke", {"grpo.steps": 4})
+    kw = dict(warmstart_dir=tmp_path / "ws", heldout_every=2, eval_limit=1, before_sft=False)
+    first = run_experiment(cfg, tmp_path / "run", **kw)
+    assert [(p["stage"], p["step"]) for p in first["points"]] == [
+        ("after_sft", 0), ("step", 2), ("after_envace", 4)]
+    cfg.grpo.steps = 8  # the same run, extended to 8 steps
+    longer = run_experiment(cfg, tmp_path / "run", **kw)
+    assert [(p["stage"], p["step"], p["committed_reward"]) for p in longer["points"]] == [
+        ("after_sft", 0, 0.0), ("step", 2, 0.02), ("step", 4, 0.04), ("step", 6, 0.06),
+        ("after_envace", 8, 0.08)]
+    # each point measured once, on its own checkpoint: step 4 was not measured again
+    assert measured == [("after_sft", 0, "checkpoint"), ("step", 2, "checkpoint-2"),
+                        ("after_envace", 4, "checkpoint-4"), ("step", 6, "checkpoint-6"),
+                        ("after_envace", 8, "checkpoint-8")]
+    saved = json.loads((tmp_path / "run" / "heldout.json").read_text())["points"]
+    assert saved == longer["points"]
 
 
 def test_ship_copies_results_and_writes_meta(tmp_path):
