@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import Config, first_tasks, get_config
+from envace_lite.config import Config, ConfigError, first_tasks, get_config
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -113,6 +113,48 @@ def _segments(steps: int, every: int) -> list[int]:
     return sorted({*range(every, steps, every), steps})
 
 
+RL_STAGES = ("step", "after_envace")
+
+
+def settle_points(points: list[dict[str, Any]], total: int) -> list[dict[str, Any]]:
+    """The held-out points of a run whose GRPO training ends at ``total`` steps, one per step.
+
+    A run extended past its old last step (a rerun with more ``grpo.steps``) holds that step's
+    point as ``after_envace``; it becomes a ``step`` point, and only the point at ``total`` is
+    ``after_envace``. When one RL step holds two points (the same checkpoint measured twice, as
+    extensions did before this rule), the first is kept and the drop is logged. Points before RL
+    (``before_sft``, ``after_sft``) are kept as they are.
+
+    Args:
+        points: held-out points in measurement order, each with ``stage`` and ``step``.
+        total: the run's GRPO step count (``grpo.steps``).
+
+    Returns:
+        A new list sorted by step (ties keep measurement order); the dicts are relabelled in
+        place.
+
+    Raises:
+        ConfigError: an RL point past ``total``: the run was trained further than this config
+            asks, and shortening it would mix two runs in one summary (use a new folder).
+    """
+    past = sorted({p["step"] for p in points if p["stage"] in RL_STAGES and p["step"] > total})
+    if past:
+        raise ConfigError(f"this run folder holds held-out points at GRPO steps {past}, past "
+                          f"grpo.steps={total}: a run is extended, never shortened; pass "
+                          f"grpo.steps >= {past[-1]} or use a new --out")
+    kept, seen = [], set()
+    for p in points:
+        if p["stage"] in RL_STAGES:
+            if p["step"] in seen:
+                log.warning("held-out point at step %d measured twice; keeping the first",
+                            p["step"])
+                continue
+            seen.add(p["step"])
+            p["stage"] = "after_envace" if p["step"] == total else "step"
+        kept.append(p)
+    return sorted(kept, key=lambda p: p["step"])  # stable: before_sft stays before after_sft
+
+
 def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str | Path | None = None,
                    heldout_every: int = 0, eval_limit: int | None = None,
                    fidelity_limit: int = 3, before_sft: bool = True) -> dict[str, Any]:
@@ -124,8 +166,9 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     and ``grpo.reward_control``, so that a control run is never read as the mode's own run).
     A rerun into the same ``out`` resumes: finished held-out points are kept, training resumes
     from its last checkpoint. A rerun with more ``grpo.steps`` extends the run: the old last
-    step's ``after_envace`` point becomes a ``step`` point (it is not measured again), and the
-    new last step gets the one ``after_envace`` point.
+    step's ``after_envace`` point becomes a ``step`` point (it is not measured again), whatever
+    ``heldout_every`` is, and the new last step gets the one ``after_envace`` point
+    (``settle_points``).
 
     Args:
         config: a finalized ``Config`` or a profile name (``micro``).
@@ -145,7 +188,8 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
         The summary dict (also written to ``out/summary.json``).
 
     Raises:
-        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, before anything runs.
+        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, or an ``out`` whose
+            held-out points run past ``grpo.steps`` (a shortened run), before anything runs.
     """
     from envace_lite.sft import CHECKPOINT, warmstart
     from envace_lite.train import read_metrics, train
@@ -158,23 +202,22 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     seed = cfg.run.seed
     times: dict[str, float] = {}
     points_path = out / "heldout.json"
+    total, run_dir = cfg.grpo.steps, out / "train"
     points: list[dict[str, Any]] = (json.loads(points_path.read_text())["points"]
                                     if points_path.exists() else [])
+    if points:
+        points = settle_points(points, total)
+        points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
 
     def point(checkpoint: str, stage: str, step: int) -> None:
-        rl = ("step", "after_envace")
-        done = [p for p in points if p["step"] == step
-                and (p["stage"] == stage or (stage in rl and p["stage"] in rl))]
-        if done:
-            # a run extended past its old last step: that step's point was measured on the same
-            # checkpoint as an after_envace point; it is relabelled, not measured again
-            if done[-1]["stage"] != stage:
-                done[-1]["stage"] = stage
-                points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points},
-                                                  indent=1))
+        # an RL step already measured (settle_points gave it its label) is not measured again
+        if any(p["step"] == step and (p["stage"] == stage or
+                                      (stage in RL_STAGES and p["stage"] in RL_STAGES))
+               for p in points):
             return
         points.append(heldout_point(cfg, checkpoint, stage, step, eval_limit=eval_limit,
                                     fidelity_limit=fidelity_limit, seed=seed))
+        points.sort(key=lambda p: p["step"])
         points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
 
     start = time.perf_counter()
@@ -192,7 +235,6 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     times["heldout_before"] = round(time.perf_counter() - t, 1)
 
     cfg.model.checkpoint = str(ws / CHECKPOINT)
-    total, run_dir = cfg.grpo.steps, out / "train"
     t = time.perf_counter()
     for end in _segments(total, heldout_every):
         seg = copy.deepcopy(cfg)

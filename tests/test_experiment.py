@@ -12,9 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from envace_lite.config import get_config
+from envace_lite.config import ConfigError, get_config
 from envace_lite.envs import list_tasks
-from envace_lite.experiment import _segments, run_experiment, ship, summarize_seeds, window_means
+from envace_lite.experiment import (_segments, run_experiment, settle_points, ship, summarize_seeds,
+                                    window_means)
 from envace_lite.transcripts import training_tasks
 
 
@@ -121,6 +122,66 @@ def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_step
                         ("after_envace", 8, "checkpoint-8")]
     saved = json.loads((tmp_path / "run" / "heldout.json").read_text())["points"]
     assert saved == longer["points"]
+
+
+def _fake_runs(monkeypatch, measured):
+    import envace_lite.experiment as experiment
+    import envace_lite.train as train_mod
+
+    def fake_point(cfg, checkpoint, stage, step, **kw):
+        measured.append((stage, step))
+        return {"stage": stage, "step": step, "committed_reward": step / 100}
+
+    monkeypatch.setattr(experiment, "heldout_point", fake_point)
+    monkeypatch.setattr(train_mod, "train", lambda cfg, run_dir: None)
+    monkeypatch.setattr(train_mod, "read_metrics", lambda run_dir: [])
+
+
+@pytest.mark.parametrize("every_first, every_second, expected, new", [
+    # the default (a check only at the end): the old end, 6, is no segment end of the new run
+    (0, 0, [("after_sft", 0), ("step", 6), ("after_envace", 12)], [("after_envace", 12)]),
+    # an interval that does not divide the old length
+    (0, 4, [("after_sft", 0), ("step", 4), ("step", 6), ("step", 8), ("after_envace", 12)],
+     [("step", 4), ("step", 8), ("after_envace", 12)]),
+])
+def test_extension_leaves_one_after_envace_point_whatever_the_interval(
+        tmp_path, monkeypatch, every_first, every_second, expected, new):
+    measured = []
+    _fake_runs(monkeypatch, measured)
+    kw = dict(warmstart_dir=tmp_path / "ws", eval_limit=1, before_sft=False)
+    run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "run",
+                   heldout_every=every_first, **kw)
+    measured.clear()
+    longer = run_experiment(get_config("smoke", {"grpo.steps": 12}), tmp_path / "run",
+                            heldout_every=every_second, **kw)
+    assert [(p["stage"], p["step"]) for p in longer["points"]] == expected
+    assert measured == new  # the old step-6 point is relabelled, not measured again
+
+
+def test_shortening_a_run_is_refused_before_anything_is_measured(tmp_path, monkeypatch):
+    measured = []
+    _fake_runs(monkeypatch, measured)
+    kw = dict(warmstart_dir=tmp_path / "ws", eval_limit=1, before_sft=False, heldout_every=6)
+    run_experiment(get_config("smoke", {"grpo.steps": 12}), tmp_path / "run", **kw)
+    before = (tmp_path / "run" / "heldout.json").read_text()
+    measured.clear()
+    with pytest.raises(ConfigError, match=r"steps \[12\], past grpo.steps=8"):
+        run_experiment(get_config("smoke", {"grpo.steps": 8}), tmp_path / "run", **kw)
+    assert measured == [] and (tmp_path / "run" / "heldout.json").read_text() == before
+
+
+def test_settle_points_merges_a_twice_measured_step_and_relabels_by_the_total():
+    # the shape extensions wrote before the rule: step 12 held after_envace and step
+    pts = [{"stage": "after_sft", "step": 0, "r": 0.30}, {"stage": "step", "step": 6, "r": 0.32},
+           {"stage": "after_envace", "step": 12, "r": 0.36},
+           {"stage": "step", "step": 12, "r": 0.36}, {"stage": "step", "step": 24, "r": 0.26},
+           {"stage": "after_envace", "step": 36, "r": 0.12}]
+    got = settle_points(pts, 36)
+    assert [(p["stage"], p["step"], p["r"]) for p in got] == [
+        ("after_sft", 0, 0.30), ("step", 6, 0.32), ("step", 12, 0.36), ("step", 24, 0.26),
+        ("after_envace", 36, 0.12)]
+    with pytest.raises(ConfigError, match=r"\[24, 36\]"):
+        settle_points(got, 12)
 
 
 def test_ship_copies_results_and_writes_meta(tmp_path):
