@@ -243,7 +243,8 @@ def drills_sweep(
                    f"({f['diff']:+.2f} [{f['lo']:+.2f}, {f['hi']:+.2f}]"
                    + (f", {100 * change:+.0f} %" if change is not None else "") + "); "
                    + (f"{kinds['hash_slip']} of {kinds['hash_slip'] + kinds['other']} failed "
-                      "calls are # slips; " if (kinds := v["failed_call_kinds"]) else "")
+                      "calls are # slips; " if (kinds := v["failed_call_kinds"])
+                      else "failed calls not split (rows without a call log); ")
                    + f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
                    "real call")
 

@@ -237,7 +237,19 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, 
 
 
 CALL_LOG_CHARS = 200
-"""Characters of each real observation kept in a row's ``real_call_log``."""
+"""Characters of each real observation, and of each call's JSON arguments, kept in a row's
+``real_call_log``."""
+
+
+def _logged_arguments(arguments: Any) -> Any:
+    """A call's arguments as logged: themselves when their JSON is at most ``CALL_LOG_CHARS``
+    characters, else ``{"_truncated": <the first CALL_LOG_CHARS characters of that JSON>}``, so
+    that one huge argument cannot swell ``results.jsonl``. Values JSON cannot encode are written
+    with ``str``."""
+    text = json.dumps(arguments, ensure_ascii=False, default=str)
+    if len(text) <= CALL_LOG_CHARS:
+        return json.loads(text)
+    return {"_truncated": text[:CALL_LOG_CHARS]}
 
 
 def _call_log(ep: Episode) -> list[dict[str, Any]]:
@@ -245,11 +257,13 @@ def _call_log(ep: Episode) -> list[dict[str, Any]]:
 
     Returns:
         One ``{"name", "arguments", "error", "observation"}`` per call that reached the
-        environment (``Episode.events``; gated calls never do): the call as parsed, tau2's (or the
-        backend's) error flag, and the first ``CALL_LOG_CHARS`` characters of its observation.
+        environment (``Episode.events``; gated calls never do): the call as parsed (arguments
+        capped by ``_logged_arguments``), tau2's (or the backend's) error flag, and the first
+        ``CALL_LOG_CHARS`` characters of its observation.
         ``sum(c["error"] for c in log)`` is the row's ``failed_real_calls``.
     """
-    return [{"name": c.get("name", ""), "arguments": c.get("arguments", {}),
+    return [{"name": str(c.get("name", "")),
+             "arguments": _logged_arguments(c.get("arguments", {})),
              "error": bool(o.get("error")),
              "observation": str(o.get("content", ""))[:CALL_LOG_CHARS]}
             for e in ep.events if e["kind"] == "step"

@@ -185,9 +185,12 @@ def is_hash_slip(call: dict[str, Any]) -> bool:
             "arguments", ...}``.
 
     Returns:
-        True when a string argument is exactly ``W`` and 7 digits (``W4284542``, where tau2's
-        retail tools take ``#W4284542``; tau2 answers it ``Error: order not found``), else False.
-        Other failed calls (another id, a wrong tool or argument) are not slips.
+        True when a top-level string argument is exactly ``W`` and 7 digits (``W4284542``,
+        where tau2's retail tools take ``#W4284542``; their order lookup raises
+        ``ValueError("Order not found")`` for it, tau2 ``domains/retail/tools.py``), else False.
+        Other failed calls (another id, a wrong tool or argument) are not slips. The test is
+        strict, so a count of slips is a lower bound: a lowercase ``w``, a wrong number of
+        digits, or a bare id inside a list or a nested object counts as another failure.
     """
     args = call.get("arguments")
     return isinstance(args, dict) and any(

@@ -59,6 +59,8 @@ def test_sweep_cli_writes_the_table_and_names_a_missing_folder(tmp_path):
                                    "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "parallel_n2: success 50.0 % (+0.0" in res.output and "-67 %" in res.output
+    # these rows carry no call log: the line says why the failed calls are not split
+    assert res.output.count("failed calls not split (rows without a call log)") == 2
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["parallel_n2"]["n"] == 2
     res = CliRunner().invoke(app, ["drills", "sweep", "--baseline", str(base), "--run",
                                    str(tmp_path / "nope")])

@@ -76,9 +76,32 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
         {"name": "rm_rf_all", "arguments": {}, "error": True,
          "observation": "Error during execution: function 'rm_rf_all' is not available"},
         {"name": "cd", "arguments": {"folder": 3}, "error": True,
-         "observation": "Error during execution: 'int' object has no attribute 'rstrip'"}]
+         "observation": row["real_call_log"][1]["observation"]}]
+    # the backend's own error text (a Python message, whose wording is the interpreter's)
+    assert row["real_call_log"][1]["observation"].startswith("Error during execution: ")
     assert row["failed_real_calls"] == 2 == sum(c["error"] for c in row["real_call_log"])
     assert row["stop_reason"] == "turn_limit" and row["reward"] == 0.0
+
+
+def test_call_log_caps_long_observations_and_arguments():
+    from types import SimpleNamespace
+
+    from envace_lite.commit import CALL_LOG_CHARS, _call_log
+
+    big = {"order_id": "#W" + "1" * 300}
+    events = [{"kind": "rehearse"},
+              {"kind": "step", "calls": [{"name": "get_order_details", "arguments": big},
+                                         {"name": "cancel", "arguments": {"id": "#W1"}}],
+               "observations": [{"content": "x" * 500, "error": False},
+                                {"content": "Error: Order not found", "error": True}]}]
+    log_ = _call_log(SimpleNamespace(events=events))
+    assert len(log_) == 2  # the rehearse event is no real call
+    text = json.dumps(big)  # 316 characters: over the cap
+    assert log_[0] == {"name": "get_order_details", "arguments": {"_truncated": text[:200]},
+                       "error": False, "observation": "x" * 200}
+    assert CALL_LOG_CHARS == 200 and len(log_[0]["arguments"]["_truncated"]) == 200
+    assert log_[1] == {"name": "cancel", "arguments": {"id": "#W1"}, "error": True,
+                       "observation": "Error: Order not found"}
 
 
 def test_context_budget_ends_episode_before_generation(tokenizer):
