@@ -237,19 +237,28 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, 
 
 
 CALL_LOG_CHARS = 200
-"""Characters of each real observation, and of each call's JSON arguments, kept in a row's
-``real_call_log``."""
+"""Characters kept in a row's ``real_call_log`` of each real observation, and of each argument
+value's JSON."""
 
 
-def _logged_arguments(arguments: Any) -> Any:
-    """A call's arguments as logged: themselves when their JSON is at most ``CALL_LOG_CHARS``
-    characters, else ``{"_truncated": <the first CALL_LOG_CHARS characters of that JSON>}``, so
-    that one huge argument cannot swell ``results.jsonl``. Values JSON cannot encode are written
-    with ``str``."""
-    text = json.dumps(arguments, ensure_ascii=False, default=str)
-    if len(text) <= CALL_LOG_CHARS:
-        return json.loads(text)
-    return {"_truncated": text[:CALL_LOG_CHARS]}
+def _logged_arguments(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as logged, so that one huge argument cannot swell ``results.jsonl``.
+
+    Each value stays as it is when its JSON is at most ``CALL_LOG_CHARS`` characters, else it
+    becomes ``{"_truncated": <the first CALL_LOG_CHARS characters of that JSON>}``; short values,
+    such as an order id, are therefore always kept whole (``drill_report.is_hash_slip`` reads
+    them). Arguments that are not an object are logged as ``{"_not_an_object": <capped JSON>}``.
+    Values JSON cannot encode are written with ``str``.
+    """
+    def cap(value: Any) -> Any:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        return json.loads(text) if len(text) <= CALL_LOG_CHARS else {
+            "_truncated": text[:CALL_LOG_CHARS]}
+
+    if not isinstance(arguments, dict):
+        return {"_not_an_object": json.dumps(arguments, ensure_ascii=False,
+                                             default=str)[:CALL_LOG_CHARS]}
+    return {str(k): cap(v) for k, v in arguments.items()}
 
 
 def _call_log(ep: Episode) -> list[dict[str, Any]]:

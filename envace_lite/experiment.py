@@ -130,7 +130,7 @@ def settle_points(points: list[dict[str, Any]], total: int) -> list[dict[str, An
         total: the run's GRPO step count (``grpo.steps``).
 
     Returns:
-        A new list sorted by step (ties keep measurement order); the dicts are relabelled in
+        A new list sorted by step, then stage (``_point_order``); the dicts are relabelled in
         place.
 
     Raises:
@@ -152,7 +152,13 @@ def settle_points(points: list[dict[str, Any]], total: int) -> list[dict[str, An
             seen.add(p["step"])
             p["stage"] = "after_envace" if p["step"] == total else "step"
         kept.append(p)
-    return sorted(kept, key=lambda p: p["step"])  # stable: before_sft stays before after_sft
+    return sorted(kept, key=_point_order)
+
+
+def _point_order(p: dict[str, Any]) -> tuple[int, int]:
+    """Sort key of a held-out point: its step, then before_sft < after_sft < step < after_envace."""
+    order = ("before_sft", "after_sft", "step", "after_envace")
+    return p["step"], order.index(p["stage"]) if p["stage"] in order else len(order)
 
 
 def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str | Path | None = None,
@@ -168,7 +174,9 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     from its last checkpoint. A rerun with more ``grpo.steps`` extends the run: the old last
     step's ``after_envace`` point becomes a ``step`` point (it is not measured again), whatever
     ``heldout_every`` is, and the new last step gets the one ``after_envace`` point
-    (``settle_points``).
+    (``settle_points``). Training keeps only its last checkpoint, so a rerun with a finer
+    ``heldout_every`` cannot measure steps the run had already passed: those points are skipped,
+    with a logged warning.
 
     Args:
         config: a finalized ``Config`` or a profile name (``micro``).
@@ -188,11 +196,11 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
         The summary dict (also written to ``out/summary.json``).
 
     Raises:
-        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, or an ``out`` whose
-            held-out points run past ``grpo.steps`` (a shortened run), before anything runs.
+        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, or an ``out`` trained or
+            measured past ``grpo.steps`` (a shortened run), before anything runs.
     """
     from envace_lite.sft import CHECKPOINT, warmstart
-    from envace_lite.train import read_metrics, train
+    from envace_lite.train import last_checkpoint, read_metrics, train
 
     cfg = get_config(config) if isinstance(config, str) else copy.deepcopy(config)
     eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
@@ -205,6 +213,12 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     total, run_dir = cfg.grpo.steps, out / "train"
     points: list[dict[str, Any]] = (json.loads(points_path.read_text())["points"]
                                     if points_path.exists() else [])
+    last = last_checkpoint(run_dir)
+    trained = int(last.name.rsplit("-", 1)[1]) if last is not None else 0
+    if trained > total:
+        raise ConfigError(f"{run_dir} is already trained to step {trained}, past "
+                          f"grpo.steps={total}: a run is extended, never shortened; pass "
+                          f"grpo.steps >= {trained} or use a new --out")
     if points:
         points = settle_points(points, total)
         points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
@@ -217,7 +231,7 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
             return
         points.append(heldout_point(cfg, checkpoint, stage, step, eval_limit=eval_limit,
                                     fidelity_limit=fidelity_limit, seed=seed))
-        points.sort(key=lambda p: p["step"])
+        points.sort(key=_point_order)
         points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
 
     start = time.perf_counter()
@@ -237,6 +251,11 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     cfg.model.checkpoint = str(ws / CHECKPOINT)
     t = time.perf_counter()
     for end in _segments(total, heldout_every):
+        if end < trained:  # a segment this run has passed: nothing to train
+            if not any(p["step"] == end and p["stage"] in RL_STAGES for p in points):
+                log.warning("no held-out point at step %d: %s was already trained to step %d "
+                            "and keeps only its last checkpoint", end, run_dir, trained)
+            continue
         seg = copy.deepcopy(cfg)
         seg.grpo.steps = end
         train(seg, run_dir)

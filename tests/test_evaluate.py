@@ -72,13 +72,13 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
     assert row["violations"] == 2            # the unknown tool and the wrong argument type
     assert row["real_calls"] == 1            # cd(folder=3) reaches the backend, which answers an error
     # the row logs both calls that reached the env adapter, in order, with the errors it answered
-    assert row["real_call_log"] == [
-        {"name": "rm_rf_all", "arguments": {}, "error": True,
-         "observation": "Error during execution: function 'rm_rf_all' is not available"},
-        {"name": "cd", "arguments": {"folder": 3}, "error": True,
-         "observation": row["real_call_log"][1]["observation"]}]
+    log_ = row["real_call_log"]
+    assert [(c["name"], c["arguments"], c["error"]) for c in log_] == [
+        ("rm_rf_all", {}, True), ("cd", {"folder": 3}, True)]
+    assert log_[0]["observation"] == ("Error during execution: function 'rm_rf_all' is not "
+                                      "available")
     # the backend's own error text (a Python message, whose wording is the interpreter's)
-    assert row["real_call_log"][1]["observation"].startswith("Error during execution: ")
+    assert log_[1]["observation"].startswith("Error during execution: ")
     assert row["failed_real_calls"] == 2 == sum(c["error"] for c in row["real_call_log"])
     assert row["stop_reason"] == "turn_limit" and row["reward"] == 0.0
 
@@ -88,20 +88,28 @@ def test_call_log_caps_long_observations_and_arguments():
 
     from envace_lite.commit import CALL_LOG_CHARS, _call_log
 
-    big = {"order_id": "#W" + "1" * 300}
+    from envace_lite.drill_report import is_hash_slip
+
+    items = ["1234567890"] * 30  # its JSON: 30 * 12 quoted ids + 29 * 2 separators + 2 = 420
+    big = {"order_id": "W1234567", "item_ids": items}
     events = [{"kind": "rehearse"},
-              {"kind": "step", "calls": [{"name": "get_order_details", "arguments": big},
-                                         {"name": "cancel", "arguments": {"id": "#W1"}}],
-               "observations": [{"content": "x" * 500, "error": False},
-                                {"content": "Error: Order not found", "error": True}]}]
+              {"kind": "step", "calls": [{"name": "return_items", "arguments": big},
+                                         {"name": "cancel", "arguments": {"id": "#W1"}},
+                                         {"name": "odd", "arguments": ["x"] * 100}],
+               "observations": [{"content": "x" * 500, "error": True},
+                                {"content": "Error: Order not found", "error": True},
+                                {"content": "Error", "error": True}]}]
     log_ = _call_log(SimpleNamespace(events=events))
-    assert len(log_) == 2  # the rehearse event is no real call
-    text = json.dumps(big)  # 316 characters: over the cap
-    assert log_[0] == {"name": "get_order_details", "arguments": {"_truncated": text[:200]},
-                       "error": False, "observation": "x" * 200}
-    assert CALL_LOG_CHARS == 200 and len(log_[0]["arguments"]["_truncated"]) == 200
+    assert len(log_) == 3  # the rehearse event is no real call
+    text = json.dumps(items)
+    assert len(text) == 420 and CALL_LOG_CHARS == 200
+    assert log_[0] == {"name": "return_items", "error": True, "observation": "x" * 200,
+                       "arguments": {"order_id": "W1234567",
+                                     "item_ids": {"_truncated": text[:200]}}}
+    assert is_hash_slip(log_[0])  # the short id survives the cap of its long neighbour
     assert log_[1] == {"name": "cancel", "arguments": {"id": "#W1"}, "error": True,
                        "observation": "Error: Order not found"}
+    assert log_[2]["arguments"] == {"_not_an_object": json.dumps(["x"] * 100)[:200]}
 
 
 def test_context_budget_ends_episode_before_generation(tokenizer):

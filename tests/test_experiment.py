@@ -125,24 +125,42 @@ def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_step
 
 
 def _fake_runs(monkeypatch, measured):
+    """Training that keeps only its last checkpoint, as the real one does (save_total_limit=1),
+    and a held-out check that needs its checkpoint on disk."""
+    import shutil
+
     import envace_lite.experiment as experiment
     import envace_lite.train as train_mod
 
+    def fake_train(cfg, run_dir):
+        folder = Path(run_dir) / train_mod.CHECKPOINTS
+        last = train_mod.last_checkpoint(run_dir)
+        if last is not None and int(last.name.split("-")[1]) >= cfg.grpo.steps:
+            return  # already trained that far: nothing to do
+        new = folder / f"checkpoint-{cfg.grpo.steps}"
+        new.mkdir(parents=True)
+        (new / "trainer_state.json").write_text("{}")
+        if last is not None:
+            shutil.rmtree(last)
+
     def fake_point(cfg, checkpoint, stage, step, **kw):
+        assert stage in ("after_sft", "before_sft") or Path(checkpoint).is_dir(), checkpoint
         measured.append((stage, step))
         return {"stage": stage, "step": step, "committed_reward": step / 100}
 
     monkeypatch.setattr(experiment, "heldout_point", fake_point)
-    monkeypatch.setattr(train_mod, "train", lambda cfg, run_dir: None)
+    monkeypatch.setattr(train_mod, "train", fake_train)
     monkeypatch.setattr(train_mod, "read_metrics", lambda run_dir: [])
 
 
 @pytest.mark.parametrize("every_first, every_second, expected, new", [
     # the default (a check only at the end): the old end, 6, is no segment end of the new run
     (0, 0, [("after_sft", 0), ("step", 6), ("after_envace", 12)], [("after_envace", 12)]),
-    # an interval that does not divide the old length
-    (0, 4, [("after_sft", 0), ("step", 4), ("step", 6), ("step", 8), ("after_envace", 12)],
-     [("step", 4), ("step", 8), ("after_envace", 12)]),
+    # a finer interval: step 4 was passed, and its checkpoint is gone, so it gets no point
+    (0, 4, [("after_sft", 0), ("step", 6), ("step", 8), ("after_envace", 12)],
+     [("step", 8), ("after_envace", 12)]),
+    (6, 5, [("after_sft", 0), ("step", 6), ("step", 10), ("after_envace", 12)],
+     [("step", 10), ("after_envace", 12)]),
 ])
 def test_extension_leaves_one_after_envace_point_whatever_the_interval(
         tmp_path, monkeypatch, every_first, every_second, expected, new):
@@ -165,9 +183,16 @@ def test_shortening_a_run_is_refused_before_anything_is_measured(tmp_path, monke
     run_experiment(get_config("smoke", {"grpo.steps": 12}), tmp_path / "run", **kw)
     before = (tmp_path / "run" / "heldout.json").read_text()
     measured.clear()
-    with pytest.raises(ConfigError, match=r"steps \[12\], past grpo.steps=8"):
+    with pytest.raises(ConfigError, match=r"trained to step 12, past grpo.steps=8"):
         run_experiment(get_config("smoke", {"grpo.steps": 8}), tmp_path / "run", **kw)
     assert measured == [] and (tmp_path / "run" / "heldout.json").read_text() == before
+    # a run stopped at step 10 before its step-12 point: trained past 8 with no point there
+    (tmp_path / "run" / "heldout.json").unlink()
+    ck = tmp_path / "run" / "train" / "checkpoints"
+    (ck / "checkpoint-12").rename(ck / "checkpoint-10")
+    with pytest.raises(ConfigError, match=r"trained to step 10, past grpo.steps=8"):
+        run_experiment(get_config("smoke", {"grpo.steps": 8}), tmp_path / "run", **kw)
+    assert measured == []
 
 
 def test_settle_points_merges_a_twice_measured_step_and_relabels_by_the_total():
@@ -182,6 +207,10 @@ def test_settle_points_merges_a_twice_measured_step_and_relabels_by_the_total():
         ("after_envace", 36, 0.12)]
     with pytest.raises(ConfigError, match=r"\[24, 36\]"):
         settle_points(got, 12)
+    # before_sft measured on a rerun, after after_sft: still sorted first
+    late = settle_points([{"stage": "after_sft", "step": 0}, {"stage": "after_envace", "step": 4},
+                          {"stage": "before_sft", "step": 0}], 4)
+    assert [p["stage"] for p in late] == ["before_sft", "after_sft", "after_envace"]
 
 
 def test_ship_copies_results_and_writes_meta(tmp_path):
