@@ -21,11 +21,29 @@ import time
 import typer
 
 from envace_lite.cli_errors import drill_errors, user_errors
-from envace_lite.config import first_tasks
+from envace_lite.config import ConfigError, first_tasks
 from envace_lite.progress import progress
 
 data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the data card.")
 drills_app = typer.Typer(no_args_is_help=True, help="Drill suites generated from tau2's DBs.")
+
+
+def _known_suites(suites: list[str], split: str, *, drills_only: bool = False) -> None:
+    """Refuse an unknown suite or split before any work, with the valid choices.
+
+    Raises:
+        ConfigError: a suite not in ``envs.SUITES`` (``envs.DRILL_SUITES`` with
+            ``drills_only``), or a split other than train, test or all.
+    """
+    from envace_lite.envs import DRILL_SUITES, SUITES
+
+    valid = list(DRILL_SUITES) if drills_only else list(SUITES)
+    for s in suites:
+        if s not in valid:
+            raise ConfigError(f"unknown {'drill ' if drills_only else ''}suite {s!r}: choose "
+                              f"one of {valid}")
+    if split not in ("train", "test", "all"):
+        raise ConfigError(f"unknown split {split!r}: choose train, test or all")
 
 
 @user_errors
@@ -36,12 +54,14 @@ def check_benchmarks(
                                  "(drills: drop the decisive write, or perform the forbidden one)"),
     sample: int = typer.Option(0, help="check a fixed random sample of this many tasks per suite "
                                "(seed 0; 0 = all)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object per suite"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per suite "
+                                 "(default: one line of text per suite)"),
 ) -> None:
     """Replay every task's gold calls through our adapter; score with the benchmark's evaluator.
 
-    Prints ``{"suite", "split", "tasks", "passed", "failed_ids", "seconds"}`` per suite and exits 1
-    if any gold replay failed. With ``--corrupt`` the last state-changing gold call is dropped
+    Prints one line per suite (with ``--json``, ``{"suite", "split", "tasks", "passed",
+    "failed_ids", "seconds"}``) and exits 1 if any gold replay failed; an unknown suite or split
+    is a one-line error (exit 2) before anything runs. With ``--corrupt`` the last state-changing gold call is dropped
     (on the drills: the decisive write is dropped, or the forbidden write performed), tasks
     without one are skipped, and it prints ``{"suite", "split", "mode", "tasks", "failed",
     "still_passing_ids", "seconds"}`` (the corrupted replays that still scored 1.0).
@@ -52,6 +72,7 @@ def check_benchmarks(
 
     if sample < 0:
         raise typer.BadParameter(f"--sample {sample}: use 0 (all) or a positive count")
+    _known_suites(suite, split)
     ok = True
     for s in suite:
         start = time.perf_counter()
@@ -157,6 +178,7 @@ def drills_baselines(
     from envace_lite.envs.drill_baselines import BASELINES, baseline_turns, play
 
     first_tasks([], limit, "--limit")
+    _known_suites(suite, split, drills_only=True)
     report: dict = {"split": split, "suites": {}}
     for s in suite:
         start = time.perf_counter()

@@ -215,8 +215,14 @@ def test_baselines_on_a_test_sample():
     (["drills", "generate", "--domain", "shop"], "choose one of ['airline', 'retail']"),
     (["drills", "generate", "--seed", "-1"], "out of range"),
     (["drills", "generate", "--tier", "nope"], "choose from ['lookup', 'two_hop', 'cancel'"),
-    (["drills", "generate", "--count", "0"], ">= 1"),
-    (["drills", "show", "lookup:W0000000"], "ids look like"),
+    (["drills", "generate", "--count", "0"], ">= 1, or none for every drill (the CLI: omit"),
+    (["drills", "show", "lookup:W0000000"], "drills generate --out FILE"),
+    (["check-benchmarks", "--suite", "tau2-nope"], "unknown suite 'tau2-nope': choose one of"),
+    (["check-benchmarks", "--suite", "bfcl-base", "--split", "dev"],
+     "unknown split 'dev': choose train, test or all"),
+    (["drills", "baselines", "--suite", "bfcl-base"],
+     "unknown drill suite 'bfcl-base': choose one of ['tau2-retail-drills'"),
+    (["drills", "baselines", "--split", "dev"], "unknown split 'dev'"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, err):
     from typer.testing import CliRunner

@@ -342,7 +342,8 @@ def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None 
     tiers = check_tiers(domain, tiers)
     check_seed(seed)
     if count is not None and (not isinstance(count, int) or count < 1):
-        raise ValueError(f"drill count {count!r} out of range: use an integer >= 1, or None")
+        raise ValueError(f"drill count {count!r} out of range: use an integer >= 1, or none for "
+                         "every drill (the CLI: omit --count)")
     solver = _Solver(domain)
     pristine = solver.env.get_db_hash()
     rng = random.Random(f"drills:{domain}:{seed}")

@@ -82,7 +82,8 @@ def get_drill(suite: str, drill_id: str) -> Drill:
     except KeyError:
         tiers = "|".join(TIERS[domain])
         raise KeyError(f"unknown {suite} drill id {drill_id!r}: ids look like '<{tiers}>:<entity>'"
-                       f"; list them with list_tasks({suite!r}, 'all')") from None
+                       f"; list them with `envace-lite drills generate --out FILE` or "
+                       f"list_tasks({suite!r}, 'all')") from None
 
 
 def _suite_domain(suite: str) -> str:
