@@ -28,24 +28,6 @@ data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the da
 drills_app = typer.Typer(no_args_is_help=True, help="Drill suites generated from tau2's DBs.")
 
 
-def _known_suites(suites: list[str], split: str, *, drills_only: bool = False) -> None:
-    """Refuse an unknown suite or split before any work, with the valid choices.
-
-    Raises:
-        ConfigError: a suite not in ``envs.SUITES`` (``envs.DRILL_SUITES`` with
-            ``drills_only``), or a split other than train, test or all.
-    """
-    from envace_lite.envs import DRILL_SUITES, SUITES
-
-    valid = list(DRILL_SUITES) if drills_only else list(SUITES)
-    for s in suites:
-        if s not in valid:
-            raise ConfigError(f"unknown {'drill ' if drills_only else ''}suite {s!r}: choose "
-                              f"one of {valid}")
-    if split not in ("train", "test", "all"):
-        raise ConfigError(f"unknown split {split!r}: choose train, test or all")
-
-
 @user_errors
 def check_benchmarks(
     suite: list[str] = typer.Option(..., help="suite(s) to check"),
@@ -61,8 +43,9 @@ def check_benchmarks(
 
     Prints one line per suite (with ``--json``, ``{"suite", "split", "tasks", "passed",
     "failed_ids", "seconds"}``) and exits 1 if any gold replay failed; an unknown suite or split
-    is a one-line error (exit 2) before anything runs. With ``--corrupt`` the last state-changing gold call is dropped
-    (on the drills: the decisive write is dropped, or the forbidden write performed), tasks
+    is a one-line error (exit 2) before anything runs. With ``--corrupt`` the last
+    state-changing gold call is dropped (on the drills: the decisive write is dropped, or the
+    forbidden write performed), tasks
     without one are skipped, and it prints ``{"suite", "split", "mode", "tasks", "failed",
     "still_passing_ids", "seconds"}`` (the corrupted replays that still scored 1.0).
     """
@@ -72,11 +55,14 @@ def check_benchmarks(
 
     if sample < 0:
         raise typer.BadParameter(f"--sample {sample}: use 0 (all) or a positive count")
-    _known_suites(suite, split)
+    try:  # every suite's ids before any replay: an unknown suite or split is refused first
+        ids_of = {s: list_tasks(s, split) for s in suite}
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
     ok = True
     for s in suite:
         start = time.perf_counter()
-        ids = list_tasks(s, split)
+        ids = ids_of[s]
         if sample and sample < len(ids):
             ids = sorted(random.Random(0).sample(ids, sample))
         passed, failed, skipped, skipped_ids = 0, [], 0, set()
@@ -174,15 +160,18 @@ def drills_baselines(
     commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
     from pathlib import Path
 
-    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.envs import make_env
     from envace_lite.envs.drill_baselines import BASELINES, baseline_turns, play
+    from envace_lite.envs.drills import task_ids
 
     first_tasks([], limit, "--limit")
-    _known_suites(suite, split, drills_only=True)
+    # every suite's ids first: a suite that is no drill suite, or an unknown split, is refused
+    # (a KeyError naming the choices) before any baseline plays
+    ids_of = {s: first_tasks(task_ids(s, split), limit, "--limit") for s in suite}
     report: dict = {"split": split, "suites": {}}
     for s in suite:
         start = time.perf_counter()
-        ids = first_tasks(list_tasks(s, split), limit, "--limit")
+        ids = ids_of[s]
         per: dict = {b: {} for b in BASELINES}
         for tid in progress(ids, desc=s):
             env = make_env(s, tid)

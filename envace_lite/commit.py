@@ -247,8 +247,8 @@ def _logged_arguments(arguments: Any) -> dict[str, Any]:
     Each value stays as it is when its JSON is at most ``CALL_LOG_CHARS`` characters, else it
     becomes ``{"_truncated": <the first CALL_LOG_CHARS characters of that JSON>}``; short values,
     such as an order id, are therefore always kept whole (``drill_report.is_hash_slip`` reads
-    them). Arguments that are not an object are logged as ``{"_not_an_object": <capped JSON>}``.
-    Values JSON cannot encode are written with ``str``.
+    them). Arguments that are not an object are logged, capped the same way, under
+    ``"_not_an_object"``. Values JSON cannot encode are written with ``str``.
     """
     def cap(value: Any) -> Any:
         text = json.dumps(value, ensure_ascii=False, default=str)
@@ -256,8 +256,7 @@ def _logged_arguments(arguments: Any) -> dict[str, Any]:
             "_truncated": text[:CALL_LOG_CHARS]}
 
     if not isinstance(arguments, dict):
-        return {"_not_an_object": json.dumps(arguments, ensure_ascii=False,
-                                             default=str)[:CALL_LOG_CHARS]}
+        return {"_not_an_object": cap(arguments)}
     return {str(k): cap(v) for k, v in arguments.items()}
 
 

@@ -155,10 +155,14 @@ def settle_points(points: list[dict[str, Any]], total: int) -> list[dict[str, An
     return sorted(kept, key=_point_order)
 
 
+POINT_STAGES = ("before_sft", "after_sft", *RL_STAGES)
+"""Every held-out stage, in the order points of one step are listed."""
+
+
 def _point_order(p: dict[str, Any]) -> tuple[int, int]:
-    """Sort key of a held-out point: its step, then before_sft < after_sft < step < after_envace."""
-    order = ("before_sft", "after_sft", "step", "after_envace")
-    return p["step"], order.index(p["stage"]) if p["stage"] in order else len(order)
+    """Sort key of a held-out point: its step, then its stage (``POINT_STAGES``)."""
+    stage = p["stage"]
+    return p["step"], POINT_STAGES.index(stage) if stage in POINT_STAGES else len(POINT_STAGES)
 
 
 def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str | Path | None = None,
@@ -200,7 +204,7 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
             measured past ``grpo.steps`` (a shortened run), before anything runs.
     """
     from envace_lite.sft import CHECKPOINT, warmstart
-    from envace_lite.train import last_checkpoint, read_metrics, train
+    from envace_lite.train import checkpoint_step, last_checkpoint, read_metrics, train
 
     cfg = get_config(config) if isinstance(config, str) else copy.deepcopy(config)
     eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
@@ -214,25 +218,32 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     points: list[dict[str, Any]] = (json.loads(points_path.read_text())["points"]
                                     if points_path.exists() else [])
     last = last_checkpoint(run_dir)
-    trained = int(last.name.rsplit("-", 1)[1]) if last is not None else 0
+    trained = checkpoint_step(last) if last is not None else 0
     if trained > total:
         raise ConfigError(f"{run_dir} is already trained to step {trained}, past "
                           f"grpo.steps={total}: a run is extended, never shortened; pass "
                           f"grpo.steps >= {trained} or use a new --out")
-    if points:
-        points = settle_points(points, total)
+
+    def save() -> None:
         points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
 
+    def measured(stage: str, step: int) -> bool:
+        # an RL step counts once, whatever its label (settle_points gave it the right one)
+        return any(p["step"] == step and (p["stage"] == stage or
+                                          (stage in RL_STAGES and p["stage"] in RL_STAGES))
+                   for p in points)
+
+    if points:
+        points = settle_points(points, total)
+        save()
+
     def point(checkpoint: str, stage: str, step: int) -> None:
-        # an RL step already measured (settle_points gave it its label) is not measured again
-        if any(p["step"] == step and (p["stage"] == stage or
-                                      (stage in RL_STAGES and p["stage"] in RL_STAGES))
-               for p in points):
+        if measured(stage, step):
             return
         points.append(heldout_point(cfg, checkpoint, stage, step, eval_limit=eval_limit,
                                     fidelity_limit=fidelity_limit, seed=seed))
         points.sort(key=_point_order)
-        points_path.write_text(json.dumps({"labels": CURVE_LABELS, "points": points}, indent=1))
+        save()
 
     start = time.perf_counter()
     if warmstart_dir is None:
@@ -252,7 +263,7 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     t = time.perf_counter()
     for end in _segments(total, heldout_every):
         if end < trained:  # a segment this run has passed: nothing to train
-            if not any(p["step"] == end and p["stage"] in RL_STAGES for p in points):
+            if not measured("step", end):
                 log.warning("no held-out point at step %d: %s was already trained to step %d "
                             "and keeps only its last checkpoint", end, run_dir, trained)
             continue

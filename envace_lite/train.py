@@ -279,7 +279,8 @@ def _sigterm_stops(stopper: _StopOnRequest) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------------------------
-def _step_of(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
+    """The GRPO step of a ``checkpoint-<step>`` folder (``checkpoint-12`` → 12)."""
     return int(path.name.rsplit("-", 1)[1])
 
 
@@ -298,12 +299,12 @@ def last_checkpoint(run_dir: str | Path, clean: bool = False) -> Path | None:
         clean: delete incomplete checkpoint folders newer than it (a kill during a save).
     """
     folder = Path(run_dir) / CHECKPOINTS
-    found = sorted(folder.glob("checkpoint-*"), key=_step_of) if folder.exists() else []
+    found = sorted(folder.glob("checkpoint-*"), key=checkpoint_step) if folder.exists() else []
     complete = [p for p in found if _complete(p)]
     last = complete[-1] if complete else None
     if clean:
         for p in found:
-            if p not in complete and (last is None or _step_of(p) > _step_of(last)):
+            if p not in complete and (last is None or checkpoint_step(p) > checkpoint_step(last)):
                 log.warning("removing incomplete checkpoint %s", p)
                 shutil.rmtree(p)
     return last
@@ -390,7 +391,7 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     if last is not None and not resume:
         raise FileExistsError(f"{run_dir} already holds {last.name}: pass resume=True to "
                               "continue it, or a fresh run_dir")
-    done = _step_of(last) if last is not None else 0
+    done = checkpoint_step(last) if last is not None else 0
     if is_rank0():  # under torchrun every rank gets here with the same run_dir
         trim_metrics(run_dir, done)
         _warn_if_config_changed(run_dir, cfg)

@@ -87,7 +87,6 @@ def test_call_log_caps_long_observations_and_arguments():
     from types import SimpleNamespace
 
     from envace_lite.commit import CALL_LOG_CHARS, _call_log
-
     from envace_lite.drill_report import is_hash_slip
 
     items = ["1234567890"] * 30  # its JSON: 30 * 12 quoted ids + 29 * 2 separators + 2 = 420
@@ -109,7 +108,7 @@ def test_call_log_caps_long_observations_and_arguments():
     assert is_hash_slip(log_[0])  # the short id survives the cap of its long neighbour
     assert log_[1] == {"name": "cancel", "arguments": {"id": "#W1"}, "error": True,
                        "observation": "Error: Order not found"}
-    assert log_[2]["arguments"] == {"_not_an_object": json.dumps(["x"] * 100)[:200]}
+    assert log_[2]["arguments"] == {"_not_an_object": {"_truncated": json.dumps(["x"] * 100)[:200]}}
 
 
 def test_context_budget_ends_episode_before_generation(tokenizer):

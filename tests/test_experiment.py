@@ -135,7 +135,7 @@ def _fake_runs(monkeypatch, measured):
     def fake_train(cfg, run_dir):
         folder = Path(run_dir) / train_mod.CHECKPOINTS
         last = train_mod.last_checkpoint(run_dir)
-        if last is not None and int(last.name.split("-")[1]) >= cfg.grpo.steps:
+        if last is not None and train_mod.checkpoint_step(last) >= cfg.grpo.steps:
             return  # already trained that far: nothing to do
         new = folder / f"checkpoint-{cfg.grpo.steps}"
         new.mkdir(parents=True)
