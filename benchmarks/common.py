@@ -108,14 +108,14 @@ _POLICIES: dict[str, tuple[Any, Any]] = {}
 
 
 def policy(cfg: Any, train: bool = False) -> tuple[Any, Any]:
-    """``models.load_policy(cfg, train)``, loaded once per process per model config.
+    """``load.load_policy(cfg, train)``, loaded once per process per model config.
 
     The scripts run in one process in the tests; a LoRA (``train`` with ``lora_r`` > 0) policy
     is a different object from the plain one.
     """
     import json
 
-    from envace_lite.models import load_policy
+    from envace_lite.models.load import load_policy
 
     key = json.dumps([cfg.to_dict()["model"], train and cfg.model.lora_r > 0], sort_keys=True)
     if key not in _POLICIES:
@@ -151,7 +151,7 @@ def bench_tasks(n: int, suites: tuple[str, ...] = ("tau2-telecom", "bfcl-base"),
         suites: the suites to take them from, in order.
         quick: ``toy_task`` s instead (the tests' size).
     """
-    from envace_lite.data import load_tasks
+    from envace_lite.envs.tasks import load_tasks
 
     if quick:
         return [toy_task(i) for i in range(n)]

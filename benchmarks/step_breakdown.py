@@ -55,7 +55,7 @@ from benchmarks.rollout_throughput import CountingGenerator
 def one_step(trainer: Any, model: Any, inputs: list[dict[str, Any]], timers: dict[str, float]
              ) -> dict[str, Any]:
     """Run one step and return its buckets in seconds (``timers`` is filled by the hooks)."""
-    from envace_lite.train import step_metrics
+    from envace_lite.pipelines.train import step_metrics
 
     for key in list(timers):
         timers[key] = 0.0
@@ -100,11 +100,11 @@ def run(profile: str, steps: int, overrides: dict[str, Any], quick: bool = False
         scripted: ``train_step.scripted_policy`` on one BFCL base task instead of sampling.
         filler: words added to each scripted observation (``scripted_policy``).
     """
-    from envace_lite.generation import HFGenerator
-    from envace_lite.grpo import ROLLOUT_MODE, RoleWiseGRPOTrainer
-    from envace_lite.rewards import score_trajectories
-    from envace_lite.rollout import rollout
-    from envace_lite.train import grpo_args
+    from envace_lite.llm.generation import HFGenerator
+    from envace_lite.core.grpo import ROLLOUT_MODE, RoleWiseGRPOTrainer
+    from envace_lite.core.rewards import score_trajectories
+    from envace_lite.core.rollout import rollout
+    from envace_lite.pipelines.train import grpo_args
 
     cfg = bench_config(profile, overrides)
     g = cfg.grpo

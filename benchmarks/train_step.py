@@ -59,7 +59,7 @@ def scripted_policy(tokenizer: Any, call: dict[str, Any], k: int, filler: int = 
     import json
 
     from envace_lite import protocol
-    from envace_lite.generation import ScriptedGenerator
+    from envace_lite.llm.scripted import ScriptedGenerator
 
     counter = itertools.count()
 
@@ -79,7 +79,7 @@ def make_trajectories(task: Any, tokenizer: Any, cfg: Any, k: int, turns: int) -
 
     Distinct rewards give non-zero advantages, so the gradient is not trivially zero.
     """
-    from envace_lite.rollout import rollout
+    from envace_lite.core.rollout import rollout
 
     gold = next(c for turn in task.gold_calls for c in turn)
     gen = scripted_policy(tokenizer, {"name": gold["name"], "arguments": gold["arguments"]}, k)
@@ -99,7 +99,7 @@ def per_output_rows() -> Any:
     ``_generate_and_score_completions`` calls ``grpo.build_rows(trajs, "packed", roles)``; this
     swaps the layout for the duration, so the baseline goes through exactly the same code.
     """
-    from envace_lite import grpo
+    from envace_lite.core import grpo
 
     original = grpo.build_rows
     grpo.build_rows = lambda trajs, layout="packed", roles=grpo.ROLES: original(
@@ -158,8 +158,8 @@ def measure(profile: str, turns_list: list[int], k: int, repeats: int,
             check_reference: bool, quick: bool = False) -> dict[str, Any]:
     """Both layouts at each turn count; see the module docstring for the figures."""
     from benchmarks.common import QUICK, bench_tasks, policy
-    from envace_lite.grpo import RoleWiseGRPOTrainer
-    from envace_lite.train import grpo_args
+    from envace_lite.core.grpo import RoleWiseGRPOTrainer
+    from envace_lite.pipelines.train import grpo_args
 
     task = bench_tasks(2, quick=quick)[1]  # BFCL base: its gold calls replay as valid calls
     results = []
@@ -235,7 +235,7 @@ def reference_check(trainer: Any, model: Any, trajs: list[Any], packed: Any) -> 
     (one unpadded row per output; ``grpo.beta`` is 0 here)."""
     import torch
 
-    from envace_lite.advantages import output_logps, rolewise_grpo_loss
+    from envace_lite.core.advantages import output_logps, rolewise_grpo_loss
 
     rec = trainer.last_record
     flat = [o for tr in trajs for o in tr.outputs]

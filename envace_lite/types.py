@@ -28,7 +28,7 @@ TRAIN_MODES: tuple[TrainMode, ...] = get_args(TrainMode)
 RehearsalMode = Literal["none", "parallel", "sequential"]
 """``rehearsal.mode``: test-time private rehearsal (paper §2.3). ``"none"`` is the one spelling of
 "no rehearsal" in configs, result rows, labels and plots; the Python entry points that also take
-``None`` (``evaluate.evaluate``, ``commit.run_committed``) turn it into ``"none"`` on entry."""
+``None`` (``evaluate.evaluate``, ``execute.run_committed``) turn it into ``"none"`` on entry."""
 REHEARSAL_MODES: tuple[RehearsalMode, ...] = get_args(RehearsalMode)
 REHEARSING_MODES: tuple[RehearsalMode, ...] = tuple(m for m in REHEARSAL_MODES if m != "none")
 """The modes that rehearse: ``("parallel", "sequential")``."""

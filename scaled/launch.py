@@ -6,8 +6,8 @@ Every subcommand builds its config with ``envace_lite.config.get_config`` from t
 profile plus override files (``scaled/overrides/*.yaml``) and ``--set group.field=value``, and
 takes ``--dry-run``: it then prints one JSON document (the resolved config, the entry point, the
 world size and the exact command) and starts nothing. This file holds no training code:
-``train`` runs ``accelerate launch -m envace_lite.cli train``, which calls
-``envace_lite.train.train``, the function notebook 04 calls.
+``train`` runs ``accelerate launch -m envace_lite.cli.main train``, which calls
+``envace_lite.pipelines.train.train``, the function notebook 04 calls.
 
 Usage (from the repository root; scaled/README.md has the full recipes)::
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ENTRY_POINT = "envace_lite.train.train (via `python -m envace_lite.cli train`)"
+ENTRY_POINT = "envace_lite.pipelines.train.train (via `python -m envace_lite.cli.main train`)"
 TRAIN_PARAM = "train_run_dir"
 """The notebook parameter that receives the accelerate-launched training run (notebook 04 reads
 its metrics and checkpoints instead of training in the kernel, when it declares it)."""
@@ -48,7 +48,7 @@ def resolve_config(profile: str, override_files: list[str], sets: list[str],
     """``cli.resolve_config``: files in order, then ``extra``, then ``--set`` (typed and
     range-checked by ``config.parse_overrides``); what every rank builds (the same function the
     CLI's ``train`` calls)."""
-    from envace_lite.cli import resolve_config as resolve
+    from envace_lite.cli.main import resolve_config as resolve
 
     return resolve(profile, override_files, sets, extra)
 
@@ -103,7 +103,7 @@ def resolve_deepspeed(ds: dict[str, Any], cfg: Any, world: int, bf16: bool | Non
     from accelerate.utils.deepspeed import HfDeepSpeedConfig
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
-    from envace_lite.train import grpo_args, per_device_batch
+    from envace_lite.pipelines.train import grpo_args, per_device_batch
 
     with tempfile.TemporaryDirectory() as tmp:
         real = grpo_args(cfg, tmp)
@@ -154,7 +154,7 @@ def _config_args(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------------
 def train_command(args: argparse.Namespace, run_dir: str) -> tuple[list[str], dict[str, Any]]:
     """The ``accelerate launch`` command line and the facts the dry run prints."""
-    from envace_lite.train import per_device_batch
+    from envace_lite.pipelines.train import per_device_batch
 
     world = accelerate_world(args.accelerate_config, args.num_processes, args.num_machines)
     cfg = resolve_config(args.profile, args.overrides, args.sets)
@@ -169,7 +169,7 @@ def train_command(args: argparse.Namespace, run_dir: str) -> tuple[list[str], di
     if args.main_process_ip:
         cmd += ["--main_process_ip", args.main_process_ip,
                 "--main_process_port", str(args.main_process_port)]
-    cmd += ["-m", "envace_lite.cli", "train", "--profile", args.profile, "--run-dir", run_dir,
+    cmd += ["-m", "envace_lite.cli.main", "train", "--profile", args.profile, "--run-dir", run_dir,
             "--seed", str(cfg.run.seed)]
     for f in args.overrides:
         cmd += ["--overrides", f]
@@ -251,13 +251,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
                           "grpo.judge_model": args.model})
     # Qwen3 thinks before answering unless told not to: thinking is off by default (one JSON
     # verdict list per trajectory), and the reasoning parser keeps any thinking out of
-    # `message.content`, which rewards.LLMJudge parses. --think turns it on.
+    # `message.content`, which judge.LLMJudge parses. --think turns it on.
     extra = ["--served-model-name", args.model, "--reasoning-parser", "qwen3",
              "--default-chat-template-kwargs", json.dumps({"enable_thinking": args.think}),
              "--enable-prefix-caching"]
     cmd, env, workers = vllm_command(args.model, args.gpus, args.port, args.tensor_parallel,
                                      args.max_model_len, args.gpu_memory_utilization, extra)
-    facts = {"entry_point": "vllm serve, OpenAI-compatible; envace_lite.rewards.LLMJudge posts "
+    facts = {"entry_point": "vllm serve, OpenAI-compatible; envace_lite.core.judge.LLMJudge posts "
                             "to /chat/completions",
              "world_size": workers,
              "train_with": ["--overrides", "scaled/overrides/judge_llm.yaml",
@@ -271,11 +271,11 @@ def cmd_judge(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 def notebook_runner_help() -> str | None:
     """``envace-lite notebooks --help`` when that command exists (the notebook issue), else None."""
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     if "notebooks" not in [c.name for c in app.registered_commands]:
         return None
-    out = subprocess.run([sys.executable, "-m", "envace_lite.cli", "notebooks", "--help"],
+    out = subprocess.run([sys.executable, "-m", "envace_lite.cli.main", "notebooks", "--help"],
                          capture_output=True, text=True, cwd=ROOT, check=False)
     return out.stdout if out.returncode == 0 else None
 
@@ -295,7 +295,7 @@ def notebook_stages(args: argparse.Namespace, series: str, train_dir: str
     stages = [("train", train_command(train_args, train_dir)[0])]
     helptext = notebook_runner_help()
     if helptext is not None:  # `envace-lite notebooks`: papermill, HTML exports, an index page
-        cmd = [sys.executable, "-m", "envace_lite.cli", "notebooks", "--profile", args.profile]
+        cmd = [sys.executable, "-m", "envace_lite.cli.main", "notebooks", "--profile", args.profile]
         flags = {"--seed": str(resolve_config(args.profile, args.overrides, args.sets).run.seed),
                  "--out": series, "--cell-timeout": str(args.cell_timeout)}
         for flag, value in flags.items():
@@ -371,7 +371,7 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--gpus", default="", help="CUDA_VISIBLE_DEVICES of the training "
                        "processes (default: all)")
 
-    t = sub.add_parser("train", help="accelerate launch of envace_lite.train.train")
+    t = sub.add_parser("train", help="accelerate launch of envace_lite.pipelines.train.train")
     _config_args(t)
     launch_args(t)
     t.add_argument("--run-dir", default="", help="the run dir (every rank writes there)")

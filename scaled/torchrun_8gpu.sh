@@ -38,10 +38,10 @@ if [[ -n "$DS_CONFIG" ]]; then
   env_vars+=(ACCELERATE_USE_DEEPSPEED=true "ACCELERATE_DEEPSPEED_CONFIG_FILE=$DS_CONFIG"
              ACCELERATE_DEEPSPEED_ZERO3_INIT=true)
 fi
-cmd=(torchrun --standalone --nnodes 1 --nproc_per_node "$NPROC" -m envace_lite.cli "${args[@]}")
+cmd=(torchrun --standalone --nnodes 1 --nproc_per_node "$NPROC" -m envace_lite.cli.main "${args[@]}")
 
 if [[ $DRY_RUN == 1 ]]; then
-  echo "entry point: envace_lite.train.train (via python -m envace_lite.cli train)"
+  echo "entry point: envace_lite.pipelines.train.train (via python -m envace_lite.cli.main train)"
   echo "world size: $NPROC"
   echo "env: ${env_vars[*]}"
   echo "command: ${cmd[*]}"
@@ -49,7 +49,7 @@ if [[ $DRY_RUN == 1 ]]; then
   # what every rank's `envace-lite train` builds (cli.resolve_config, as `train` calls it)
   python - "${args[@]}" <<'PY'
 import json, sys
-from envace_lite.cli import resolve_config
+from envace_lite.cli.main import resolve_config
 argv, files, sets = sys.argv[1:], [], []
 for flag, value in zip(argv, argv[1:]):
     if flag == "--overrides":

@@ -6,7 +6,7 @@ Modes::
     torchrun --nproc_per_node 2 tests/scaled_worker.py train-real OUT   # ... the model generating
     torchrun --nproc_per_node 2 tests/scaled_worker.py collectives OUT  # ranks finishing apart
 
-``train`` runs the same ``envace_lite.train.train`` that the notebooks and the CLI call, on the smoke
+``train`` runs the same ``envace_lite.pipelines.train.train`` that the notebooks and the CLI call, on the smoke
 profile's tiny Qwen3, with a scripted policy on two copies of BFCL ``multi_turn_base_0``. It records
 what each rank rolled out (task ids, per-output rewards and advantages, gathered onto rank 0 with
 ``all_gather_object``) in ``OUT/gathered.jsonl``, so the test can check that the ranks got disjoint
@@ -29,9 +29,9 @@ import torch.distributed as dist
 
 from envace_lite import protocol
 from envace_lite.config import get_config
-from envace_lite.data import load_tasks
-from envace_lite.generation import ScriptedGenerator
-from envace_lite.models import qwen3_tokenizer
+from envace_lite.envs.tasks import load_tasks
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import qwen3_tokenizer
 from envace_lite.types import ToolCall
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
@@ -71,8 +71,8 @@ def scripted_policy(tok) -> ScriptedGenerator:
 
 # ---------------------------------------------------------------------------------------------
 def run_train(out: Path, real: bool = False) -> None:
-    from envace_lite.grpo import RoleWiseGRPOTrainer
-    from envace_lite.train import train
+    from envace_lite.core.grpo import RoleWiseGRPOTrainer
+    from envace_lite.pipelines.train import train
 
     original = RoleWiseGRPOTrainer._generate_and_score_completions
 
@@ -136,7 +136,7 @@ def finishing_policy(tok, early: bool) -> ScriptedGenerator:
 def run_rollout(out: Path) -> None:
     from accelerate import PartialState
 
-    from envace_lite.rollout import rollout
+    from envace_lite.core.rollout import rollout
 
     PartialState(cpu=True)  # the process group, from torchrun's environment (gloo on CPU)
     rank, tok = dist.get_rank(), qwen3_tokenizer()
@@ -191,8 +191,8 @@ class FakeVLLMGeneration:
 def run_vllm(out: Path) -> None:
     from accelerate import PartialState
 
-    from envace_lite.rollout import rollout
-    from envace_lite.vllm_generation import VLLMGenerator
+    from envace_lite.core.rollout import rollout
+    from envace_lite.llm.vllm_generation import VLLMGenerator
 
     state = PartialState(cpu=True)
     rank, tok = dist.get_rank(), qwen3_tokenizer()

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import fuzz_protocol, rollout_throughput, scaling, step_breakdown, table, train_step
 from benchmarks.common import ForwardTimer
-from envace_lite.rows import length_buckets
+from envace_lite.core.rows import length_buckets
 
 
 def test_length_buckets_by_hand():
@@ -136,7 +136,7 @@ def test_table_reads_the_json(out):
 
 
 def test_fuzz_worst_and_violation_kinds_by_hand():
-    from envace_lite.fuzz import encodable, nesting_depth
+    from envace_lite.protocol.fuzz import encodable, nesting_depth
 
     assert (nesting_depth("[[]"), nesting_depth("]["), nesting_depth('{"a": [{"b": 1}]}')) == (
         2, 1, 3)

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from envace_lite.envs import BFCL_SUITES, bfcl, list_tasks, make_env, replay_gold
+from envace_lite.envs import BFCL_SUITES, bfcl, bfcl_schema, list_tasks, make_env, replay_gold
 from envace_lite.types import ToolCall
 
 ADD_FUNC_MSG = "I have updated some more functions you can choose from. What about now?"
@@ -101,7 +101,7 @@ def test_tool_schemas_are_valid_json_schema_for_every_doc():
         for tid in bfcl.task_ids(suite, "all"):
             env = make_env(suite, tid)
             for name, doc in env._docs.items():
-                seen[name] = bfcl.to_openai_tool(doc)
+                seen[name] = bfcl_schema.to_openai_tool(doc)
     assert len(seen) == 128  # every function of the 8 backend classes
     for name, tool in seen.items():
         assert tool["type"] == "function" and tool["function"]["name"] == name
@@ -123,7 +123,7 @@ def test_any_type_maps_to_no_constraint():
         "x": {"type": "any", "description": "x"},
         "t": {"type": "tuple", "items": {"type": "float"}}},
         "required": ["x"]}}
-    params = bfcl.to_openai_tool(doc)["function"]["parameters"]
+    params = bfcl_schema.to_openai_tool(doc)["function"]["parameters"]
     assert "type" not in params["properties"]["x"]
     assert params["properties"]["t"] == {"type": "array", "items": {"type": "number"}}
     assert jsonschema.Draft202012Validator(params).is_valid({"x": {"anything": [1]}, "t": [1.5]})
@@ -332,7 +332,7 @@ def test_gold_calls_never_raise_and_fit_the_schemas(suite):
     failing, invalid = [], []
     for tid in list_tasks(suite, "all"):
         env = make_env(suite, tid)
-        params = {n: bfcl.to_openai_tool(d)["function"]["parameters"] for n, d in env._docs.items()}
+        params = {n: bfcl_schema.to_openai_tool(d)["function"]["parameters"] for n, d in env._docs.items()}
         for ti, turn in enumerate(env.gold_turns()):
             failing += [(tid, ti, k) for k in turn.failing]
             invalid += [(tid.rsplit("_", 1)[1], c.name) for c in turn.calls if not
@@ -359,7 +359,7 @@ def test_only_write_functions_change_checked_state(suite):
         try:
             for call in (c for t in env.gold_turns() for c in t.calls):
                 before = public_state()
-                utils.execute_multi_turn_func_call([bfcl.render_call(call.name, call.arguments)],
+                utils.execute_multi_turn_func_call([bfcl_schema.render_call(call.name, call.arguments)],
                                                    *args, long_context=env.long_context)
                 if public_state() != before:
                     changed_by.add(call.name)

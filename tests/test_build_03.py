@@ -4,7 +4,7 @@ The ``build`` cells of ``notebooks/03_rolewise_advantages.ipynb`` are extracted 
 order, in a namespace that holds what the notebook's setup gives them: ``trajs`` (the K scored
 trajectories), ``cfg`` and ``pd``. Their results (``outputs``, ``groups``, ``baseline``, ``adv``,
 ``plain``, and the ``rolewise_advantages_inline`` function) are compared with values written out
-by hand below, and with ``envace_lite.grpo`` (``flatten_outputs``, ``rolewise_advantages``) within
+by hand below, and with ``envace_lite.core.grpo`` (``flatten_outputs``, ``rolewise_advantages``) within
 1e-6 (paper §2.2).
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 import torch
 from test_notebooks import exec_build_cells, load
 
-from envace_lite import notebooks as nbs
-from envace_lite.advantages import flatten_outputs, rolewise_advantages
+from envace_lite.course import series as nbs
+from envace_lite.core.advantages import flatten_outputs, rolewise_advantages
 from envace_lite.config import get_config
-from envace_lite.rollout import Output, Trajectory
+from envace_lite.core.rollout import Output, Trajectory
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "03_rolewise_advantages.ipynb"
 

@@ -16,11 +16,11 @@ import nbformat
 import pytest
 import torch
 
-from envace_lite import notebooks as nbs
-from envace_lite.advantages import rolewise_advantages
-from envace_lite.grpo import RoleWiseGRPOTrainer
-from envace_lite.train import grpo_args
-from envace_lite.transcripts import encode_act, encode_rehearse
+from envace_lite.course import series as nbs
+from envace_lite.core.advantages import rolewise_advantages
+from envace_lite.core.grpo import RoleWiseGRPOTrainer
+from envace_lite.pipelines.train import grpo_args
+from envace_lite.core.transcripts import encode_act, encode_rehearse
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "04_training_with_trl.ipynb"
 TAGS = ("build-setup", "build", "build-check")

@@ -1,5 +1,5 @@
 """Notebook 05's build cells against the package: private rehearsal written by hand equals
-``commit.run_committed`` token for token under greedy decoding.
+``execute.run_committed`` token for token under greedy decoding.
 
 The notebook's parameter, config and model cells run under ``smoke`` (the tiny random Qwen3),
 then its ``build-setup``, ``build`` and ``build-check`` cells: N parallel attempts on the Fig. 7
@@ -12,11 +12,14 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from envace_lite import notebooks as nbs
-from envace_lite import prompts, protocol
-from envace_lite.commit import Episode, run_committed
+from envace_lite.course import series as nbs
+from envace_lite import protocol
+from envace_lite.protocol import prompts
+from envace_lite.core.execute import run_committed
+from envace_lite.core.episode import Episode
 from envace_lite.envs import make_env
-from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
+from envace_lite.llm.generation import HFGenerator, chat_ids
+from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.types import ToolCall
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "05_private_rehearsal.ipynb"

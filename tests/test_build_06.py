@@ -6,7 +6,7 @@ evaluation rows of one configuration), ``before`` and ``after`` (task key -> rew
 results the paired bootstrap compares). Their results (``avg_at_k``, ``per_repeat``,
 ``task_means``, ``ci``, ``bench_avg``, ``overall_by_hand``, ``gain``) are compared with values
 written out by hand below, with ``tables.summarize`` and with ``stats.paired_bootstrap`` within
-1e-6 (paper §3.1: Avg@k; the CIs: ``tables.ci95`` and ``envace_lite/stats.py``). The shipped
+1e-6 (paper §3.1: Avg@k; the CIs: ``tables.ci95`` and ``envace_lite/pipelines/stats.py``). The shipped
 drills run gives the real numbers of the notebook's own example.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 from test_notebooks import exec_build_cells, load
 
-from envace_lite import notebooks as nbs
-from envace_lite.course import reference_results
-from envace_lite.stats import paired_bootstrap
-from envace_lite.tables import summarize
+from envace_lite.course import series as nbs
+from envace_lite.course.shipped import reference_results
+from envace_lite.pipelines.stats import paired_bootstrap
+from envace_lite.pipelines.tables import summarize
 
 NOTEBOOK = nbs.NOTEBOOKS_DIR / "06_evaluation_and_figures.ipynb"
 Z = 1.959963984540054  # the 97.5 % normal quantile

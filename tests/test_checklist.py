@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envace_lite.data import build_checklist, key_values
+from envace_lite.envs.tasks import build_checklist, key_values
 from envace_lite.types import Observation, ToolCall
 
 

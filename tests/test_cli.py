@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from envace_lite.cli import app
+from envace_lite.cli.main import app
 
 runner = CliRunner()
 
@@ -48,7 +48,7 @@ def test_unknown_override_is_refused():
 
 
 def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
-    from envace_lite.cli import resolve_config
+    from envace_lite.cli.main import resolve_config
 
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("grpo.steps: 5\ngrpo.beta: 0.5\nrun.seed: 3\n")
@@ -68,7 +68,7 @@ def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
     ["drills", "baselines", "--limit", "-1"],
 ])
 def test_negative_limit_is_one_line_exit_2_before_anything(tmp_path, monkeypatch, args):
-    from envace_lite import models
+    from envace_lite.models import load as models
 
     def boom(*a, **k):
         raise AssertionError("no model may load")
@@ -88,8 +88,8 @@ def test_negative_limit_is_one_line_exit_2_before_anything(tmp_path, monkeypatch
 def test_eval_limit_zero_runs_every_task(tmp_path, monkeypatch):
     from test_reliability import script_committed
 
-    from envace_lite import evaluate as ev
-    from envace_lite import tables
+    from envace_lite.pipelines import evaluate as ev
+    from envace_lite.pipelines import tables
 
     ran = script_committed(monkeypatch, ["t0", "t1", "t2"])
     monkeypatch.setattr(ev, "as_policy", lambda *a, **k: ev.Policy(None, None, "fake"))

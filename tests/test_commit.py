@@ -1,5 +1,5 @@
 """Committed execution on training's tokens: for the same history, the committed ACT prompt
-(``commit.run_committed``) equals the training ACT prompt (``rollout(mode="real")``) token for
+(``execute.run_committed``) equals the training ACT prompt (``rollout(mode="real")``) token for
 token, under Qwen3's template and SmolLM2's (docs/design.md, "Committed execution on training's
 tokens").
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 import pytest
 
 from envace_lite import protocol
-from envace_lite.commit import Episode, run_committed
+from envace_lite.core.execute import run_committed
+from envace_lite.core.episode import Episode
 from envace_lite.config import get_config
-from envace_lite.data import load_tasks
+from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
-from envace_lite.generation import ScriptedGenerator, chat_ids
-from envace_lite.models import load_tokenizer, qwen3_tokenizer
-from envace_lite.rollout import close_envs, rollout
+from envace_lite.llm.generation import chat_ids
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import load_tokenizer, qwen3_tokenizer
+from envace_lite.core.rollout import close_envs, rollout
 from envace_lite.types import ToolCall
 
 THINK = "<think>\n\n</think>\n\n"
@@ -83,7 +85,7 @@ def test_committed_execution_and_real_rollout_run_one_engine(task, monkeypatch):
     and ``rollout(mode="real")`` on the same scripted outputs go through the same engine step
     (``engine._act_output``) with the same prompts, end on the same ACT token history, and make
     the same real env calls with the same observations."""
-    from envace_lite import engine
+    from envace_lite.core import engine
 
     tok = qwen3_tokenizer()
     cfg = get_config("smoke", {"rollout.max_new_tokens_act": 512, "rollout.max_turns": 10,

@@ -119,7 +119,7 @@ def test_limit_zero_means_all_tasks_and_negative_is_refused():
 
 def test_load_tasks_limit_zero_is_all_and_negative_is_refused():
     from envace_lite.config import ConfigError
-    from envace_lite.data import load_tasks
+    from envace_lite.envs.tasks import load_tasks
     from envace_lite.envs import list_tasks
 
     everything = load_tasks("bfcl-base", "test")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from envace_lite.data import checklist_weights_ok, load_tasks
+from envace_lite.envs.tasks import checklist_weights_ok, load_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.paths import DATA_DIR
 

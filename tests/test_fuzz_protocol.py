@@ -1,7 +1,7 @@
 """Property-based fuzz of the protocol path: parse -> render -> tokenize -> REHEARSE prompt ->
 env.step, on every suite's tool schemas, under the smoke, micro and laptop tokenizers.
 
-Hypothesis writes hostile ACT and REHEARSE outputs with the strategies of ``envace_lite.fuzz``
+Hypothesis writes hostile ACT and REHEARSE outputs with the strategies of ``envace_lite.protocol.fuzz``
 (shared with ``benchmarks/fuzz_protocol.py``): calls of the suite's tools (and unknown ones)
 with arguments holding lone surrogates (raw and as JSON escapes), ``</think>`` and tag text,
 control characters, special-token text, NaN, deep nesting and duplicate keys, in every framing
@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 
 from envace_lite import protocol as P
 from envace_lite.envs import SUITES, list_tasks, make_env
-from envace_lite.fuzz import act_outputs, rehearse_outputs
-from envace_lite.fuzz import decoded as _decoded
-from envace_lite.generation import chat_ids
-from envace_lite.rollout import rehearsal_observation
+from envace_lite.protocol.fuzz import act_outputs, rehearse_outputs
+from envace_lite.protocol.fuzz import decoded as _decoded
+from envace_lite.llm.generation import chat_ids
+from envace_lite.core.rollout import rehearsal_observation
 
 CI_EXAMPLES = 40
 LONG_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10000"))
@@ -46,7 +46,7 @@ def _tau2_user(messages: list) -> str:  # a scripted USER for the official tau2 
 @pytest.fixture(scope="module")
 def world():
     """Every suite's first test task (env, reset messages, tools) and the three tokenizers."""
-    from envace_lite.models import load_tokenizer
+    from envace_lite.models.load import load_tokenizer
 
     suites = {}
     for s in SUITES:

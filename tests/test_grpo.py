@@ -1,4 +1,4 @@
-"""Tests of envace_lite.advantages and envace_lite.grpo: role-wise advantages, rows and weights,
+"""Tests of envace_lite.core.advantages and envace_lite.core.grpo: role-wise advantages, rows and weights,
 the reference objective, and the TRL trainer.
 
 Expected advantages are computed by hand in each test. The trainer tests use a tiny random Qwen3
@@ -11,7 +11,7 @@ import pytest
 import torch
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
-from envace_lite.advantages import (
+from envace_lite.core.advantages import (
     flatten_outputs,
     loss_weights,
     output_logps,
@@ -21,10 +21,10 @@ from envace_lite.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import get_config
-from envace_lite.grpo import RoleWiseGRPOTrainer
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.rows import build_rows, collate_rows, output_lengths
-from envace_lite.train import grpo_args
+from envace_lite.core.grpo import RoleWiseGRPOTrainer
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.core.rows import build_rows, collate_rows, output_lengths
+from envace_lite.pipelines.train import grpo_args
 from envace_lite.types import Output, Task, Trajectory
 
 A, R = "act", "rehearse"
@@ -427,7 +427,7 @@ def test_per_role_checkpoint_restores_the_rehearse_policy(tok, tmp_path):
 def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeypatch, control):
     # the judge is stubbed to give task x the rewards 1, 0.25, 0.5 and task y 0.75, (masked), 0;
     # "shuffle" must then permute them inside each task, seeded run.seed * 100_003 + step
-    import envace_lite.rewards as rewards_mod
+    import envace_lite.core.rewards as rewards_mod
 
     trajs = six_trajs(tok)
     judged = {("x", 0): 1.0, ("x", 1): 0.25, ("x", 2): 0.5, ("y", 0): 0.75, ("y", 2): 0.0}

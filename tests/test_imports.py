@@ -73,3 +73,44 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle_in_envace_lite():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+STUDY = "envace_lite.drills"
+"""The drills study: beyond the paper, fenced off from its mechanisms."""
+WIRES_THE_STUDY_IN = ("envace_lite.cli",)
+"""The command line: its ``drills`` commands and drill-suite checks call the study directly.
+Everything else reaches the drill suites and micro bases through the registries, which
+``envace_lite.plugins`` fills by importing the study by name on first use."""
+
+
+def imports_of_the_study(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """``(module, drills module)`` for every module outside the study and the command line that
+    imports the study."""
+    def inside(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    return sorted(
+        (a, b) for a, targets in graph.items() for b in targets
+        if inside(b, STUDY) and not inside(a, STUDY)
+        and not any(inside(a, w) for w in WIRES_THE_STUDY_IN)
+    )
+
+
+def test_the_study_check_sees_an_import_of_the_drills(tmp_path):
+    pkg = tmp_path / "envace_lite"
+    for sub in ("core", "drills", "cli"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "drills" / "suite.py").write_text("from envace_lite.core import engine\n")
+    (pkg / "core" / "engine.py").write_text("X = 1\n")
+    (pkg / "cli" / "main.py").write_text("from envace_lite.drills import suite\n")
+    assert imports_of_the_study(import_graph(pkg)) == []
+    (pkg / "core" / "rollout.py").write_text("def f():\n    from envace_lite.drills.suite import g\n")
+    assert imports_of_the_study(import_graph(pkg)) == [
+        ("envace_lite.core.rollout", "envace_lite.drills.suite")]
+
+
+def test_the_mechanisms_never_import_the_drills_study():
+    found = imports_of_the_study(import_graph())
+    assert found == [], "imports of the drills study: " + ", ".join(f"{a} -> {b}" for a, b in found)

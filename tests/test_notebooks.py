@@ -25,11 +25,11 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from papermill.translators import PythonTranslator
 
-from envace_lite import course
-from envace_lite import notebooks as nbs
-from envace_lite.advantages import rolewise_advantages
-from envace_lite.fidelity import aggregate, pair_metrics
-from envace_lite.tables import ci95, summarize
+from envace_lite.course import helpers as course
+from envace_lite.course import series as nbs
+from envace_lite.core.advantages import rolewise_advantages
+from envace_lite.pipelines.fidelity import aggregate, pair_metrics
+from envace_lite.pipelines.tables import ci95, summarize
 
 NOTEBOOKS = nbs.discover()
 SERIES = ["00_tour", "01_tools_environments_tasks", "02_act_and_rehearse",
@@ -355,7 +355,7 @@ def synthetic(folder: Path, stem: str, body: list[str], extra: str = "") -> Path
               'run_dir: str = ""  # output folder\nartifacts_dir: str = ""  # earlier outputs\n'
               + extra)
     names = [line.split(":")[0] for line in params.splitlines()]
-    config = (f"from pathlib import Path\nfrom envace_lite.course import check_parameters\n"
+    config = (f"from pathlib import Path\nfrom envace_lite.course.helpers import check_parameters\n"
               f"check_parameters(globals(), {names!r})\n"
               "Path(run_dir).mkdir(parents=True, exist_ok=True)")
     params_cell = new_code_cell(params)
@@ -459,7 +459,7 @@ def test_minimal_html_exporter_escapes_and_embeds():
 def test_cli_notebooks_passes_its_options(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     seen = {}
 

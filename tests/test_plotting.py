@@ -1,5 +1,5 @@
-"""Tests of the training figures (envace_lite.plotting) and the ablation, fidelity, cost and sweep
-figures (envace_lite.eval_figures) of notebooks 04-07, and of the course's loaders of shipped
+"""Tests of the training figures (envace_lite.course.plotting) and the ablation, fidelity, cost and sweep
+figures (envace_lite.course.eval_figures) of notebooks 04-07, and of the course's loaders of shipped
 reference results.
 
 Default tier: synthetic rows and reports, written to a temp dir where a file is needed (never into
@@ -13,7 +13,9 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from envace_lite import course, eval_figures, plotting
+from envace_lite.course import shipped
+from envace_lite.course import eval_figures
+from envace_lite.course import plotting
 
 
 def rows(rewards, parse=None, signal=None):
@@ -91,7 +93,7 @@ def test_mode_curves_mean_and_band_across_seeds():
 
 def test_ablation_bars_ours_beside_the_paper():
     ours = {"shared": 30.0, "per_role": 20.0, "act_only": None}
-    paper = course.PAPER["fig3"]["Qwen3-8B"]
+    paper = shipped.PAPER["fig3"]["Qwen3-8B"]
     fig = eval_figures.plot_ablation(ours, profile="micro", source="fresh", paper=paper,
                                  errors={"shared": 5.0})
     [ax] = fig.axes
@@ -183,19 +185,19 @@ def placeholder(root):
 
 def test_reference_results_loader(tmp_path):
     folder = placeholder(tmp_path)
-    assert course.reference_results("missing", root=tmp_path) is None
-    ref = course.reference_results("micro_training", root=tmp_path)
+    assert shipped.reference_results("missing", root=tmp_path) is None
+    ref = shipped.reference_results("micro_training", root=tmp_path)
     assert ref.path == folder and ref.meta["commit"] == "abc1234"
     assert ref.label == "shipped (micro, s0,1, abc1234)"
-    runs = course.training_runs(ref.path)
+    runs = shipped.training_runs(ref.path)
     assert list(runs) == ["act_only", "shared"] and list(runs["shared"]) == [0, 1]
     assert runs["shared"][1] == folder / "shared_s1"
-    assert [p["stage"] for p in course.heldout_points(ref.path, "shared")] == [
+    assert [p["stage"] for p in shipped.heldout_points(ref.path, "shared")] == [
         "before_sft", "after_envace"]
-    assert [p.get("mode") for p in course.heldout_points(ref.path, "act_only")] == [
+    assert [p.get("mode") for p in shipped.heldout_points(ref.path, "act_only")] == [
         None, "act_only"]
-    assert len(course.heldout_points(ref.path)) == 3
-    assert course.heldout_points(tmp_path) == []
+    assert len(shipped.heldout_points(ref.path)) == 3
+    assert shipped.heldout_points(tmp_path) == []
     # the loaders feed the figures directly
     fig = plotting.plot_mode_curves({m: list(s.values()) for m, s in runs.items()},
                                     profile="micro", source=ref.label)
@@ -203,7 +205,7 @@ def test_reference_results_loader(tmp_path):
     assert list(shared.get_ydata()) == pytest.approx([0.15, 0.35])
     bare = tmp_path / "bare"
     bare.mkdir()
-    assert course.reference_results("bare", root=tmp_path).label == "shipped (?, s?, ?)"
+    assert shipped.reference_results("bare", root=tmp_path).label == "shipped (?, s?, ?)"
 
 
 def test_sweep_points_from_rows_match_plot_budget_sweep():
@@ -215,7 +217,7 @@ def test_sweep_points_from_rows_match_plot_budget_sweep():
     rows_ = [row("bfcl-base", "none", 0, 0.0), row("bfcl-base", "none", 0, 1.0, "t2"),
              row("bfcl-base", "parallel", 1, 1.0), row("bfcl-base", "parallel", 2, 1.0),
              row("bfcl-base", "sequential", 2, 0.0)]
-    points = course.sweep_points(rows_)
+    points = shipped.sweep_points(rows_)
     by = {(p["mode"], p["n"]): p for p in points}
     assert by[("none", 0)]["bfcl"] == 0.5 and by[("none", 0)]["episodes"] == 2
     assert by[("parallel", 2)]["bfcl"] == 1.0 and by[("sequential", 2)]["bfcl"] == 0.0
@@ -228,10 +230,10 @@ def test_sweep_points_from_rows_match_plot_budget_sweep():
 
 
 def test_paper_numbers_are_the_summary_s():
-    t3 = course.PAPER["table3"]
+    t3 = shipped.PAPER["table3"]
     for tau2, bfcl, overall in t3.values():  # Overall = mean of the two benchmark Avg.s
         assert overall == pytest.approx((tau2 + bfcl) / 2, abs=0.06)
-    assert course.PAPER["fig6"]["parallel"] == {1: 42.12, 2: 43.88, 3: 39.00}
+    assert shipped.PAPER["fig6"]["parallel"] == {1: 42.12, 2: 43.88, 3: 39.00}
 
 
 def test_fidelity_by_tool_draws_the_fallback_when_every_bar_is_equal():
@@ -258,7 +260,7 @@ def test_training_curves_stack_the_labels_of_stages_at_one_step():
 
 
 def test_act_history_labels_stay_inside_the_axes():
-    from envace_lite.rollout import Trajectory
+    from envace_lite.core.rollout import Trajectory
     from envace_lite.types import Task
 
     traj = Trajectory(Task("t", "toy", "test", [], [], [[]], [[]], [[]], [[]]), 0,

@@ -127,13 +127,14 @@ def test_no_recursion_error_escapes_parse(text):
 
 
 def test_bfcl_json_check_rejects_deep_values_without_recursion():
-    bfcl = pytest.importorskip("envace_lite.envs.bfcl")
+    pytest.importorskip("envace_lite.envs.bfcl")  # bfcl_eval is installed
+    from envace_lite.envs import bfcl_schema
     deep: object = 1
     for _ in range(5000):
         deep = [deep]
-    assert bfcl._is_json_value({"folder": deep}) is False
-    assert bfcl._is_json_value({"folder": ["a", {"b": [1.5, None, True]}]}) is True
-    assert bfcl._is_json_value({"x": float("nan")}) is False
+    assert bfcl_schema.is_json_value({"folder": deep}) is False
+    assert bfcl_schema.is_json_value({"folder": ["a", {"b": [1.5, None, True]}]}) is True
+    assert bfcl_schema.is_json_value({"x": float("nan")}) is False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,8 +230,8 @@ def test_read_jsonl_names_a_bad_middle_line(tmp_path):
 
 
 def test_torn_metrics_and_results_do_not_block_resume(tmp_path):
-    from envace_lite.evaluate import read_rows
-    from envace_lite.train import read_metrics, trim_metrics
+    from envace_lite.pipelines.evaluate import read_rows
+    from envace_lite.pipelines.train import read_metrics, trim_metrics
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"st')
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
@@ -240,7 +241,7 @@ def test_torn_metrics_and_results_do_not_block_resume(tmp_path):
 
 
 def test_torn_trainer_state_is_not_a_complete_checkpoint(tmp_path):
-    from envace_lite.train import last_checkpoint
+    from envace_lite.pipelines.train import last_checkpoint
 
     for step, state in [(1, '{"global_step": 1}'), (2, '{"global_step": 2, "log_hi')]:
         folder = tmp_path / "checkpoints" / f"checkpoint-{step}"
@@ -256,7 +257,7 @@ def test_torn_trainer_state_is_not_a_complete_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
 
     def boom(*a, **k):
         raise AssertionError("nothing may be loaded or run")
@@ -271,7 +272,7 @@ def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
 def script_committed(monkeypatch, task_ids: list[str]) -> list[str]:
     """Replace ``evaluate``'s task list, envs and committed execution with a script: every
     episode scores 1.0 without a model. Returns the list that records each task run, in order."""
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
 
     class Env:
         def reset(self):
@@ -296,7 +297,7 @@ def script_committed(monkeypatch, task_ids: list[str]) -> list[str]:
 
 
 def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
 
     ran = script_committed(monkeypatch, ["t0", "t1"])
     pol = ev.Policy(None, None, "fake")
@@ -367,7 +368,7 @@ def test_scaled_launch_uses_the_typed_parser():
 
 
 def _no_model(monkeypatch):
-    from envace_lite import models
+    from envace_lite.models import load as models
 
     def boom(*a, **k):
         raise AssertionError("no model may load")
@@ -387,7 +388,7 @@ def test_cli_user_mistake_is_one_line_exit_2_and_no_run_dir(tmp_path, monkeypatc
                                                              message):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     _no_model(monkeypatch)
     monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
@@ -405,7 +406,7 @@ def test_cli_user_mistake_is_one_line_exit_2_and_no_run_dir(tmp_path, monkeypatc
 
 def test_sigterm_hint_names_the_cli_resume_command(tmp_path):
     from envace_lite.config import get_config
-    from envace_lite.train import resume_hint
+    from envace_lite.pipelines.train import resume_hint
 
     hint = resume_hint(get_config("smoke"), tmp_path)
     assert hint.startswith(f"envace-lite train --profile smoke --run-dir {tmp_path}")
@@ -420,8 +421,8 @@ def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_
                                                                              monkeypatch):
     from typer.testing import CliRunner
 
-    import envace_lite.notebooks as nbs
-    from envace_lite.cli import app
+    import envace_lite.course.series as nbs
+    from envace_lite.cli.main import app
 
     def no_kernel(*a, **k):
         raise AssertionError("no kernel may start")
@@ -442,7 +443,7 @@ def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_
 
 def test_check_params_checks_names_and_types_from_the_parameters_cell():
     from envace_lite.config import ConfigError
-    from envace_lite.course import check_params, parameters_of
+    from envace_lite.course.helpers import check_params, parameters_of
     from envace_lite.paths import REPO_ROOT
 
     defaults = parameters_of(REPO_ROOT / "notebooks" / "02_act_and_rehearse.ipynb")
@@ -460,18 +461,18 @@ def test_check_params_checks_names_and_types_from_the_parameters_cell():
 # ---------------------------------------------------------------------------------------------
 
 def _scripted_policy(tok=None):
-    from envace_lite.evaluate import Policy
-    from envace_lite.generation import ScriptedGenerator
-    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.pipelines.evaluate import Policy
+    from envace_lite.llm.scripted import ScriptedGenerator
+    from envace_lite.models.load import qwen3_tokenizer
 
     tok = tok or qwen3_tokenizer()
     return Policy(ScriptedGenerator({"act": ["All done."]}, tok), tok, "scripted")
 
 
 def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
     from envace_lite.config import ConfigError
-    from envace_lite.tables import summarize_runs
+    from envace_lite.pipelines.tables import summarize_runs
 
     pol = _scripted_policy()
     rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
@@ -501,7 +502,7 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
 
 def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     """A budget sweep writes Non-TTS and N = 1, 2 rows into one folder: not a mismatch."""
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
 
     cfg = ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0})
     base = ev.result_config(cfg, "p", "", "none", 0, 0)
@@ -525,7 +526,7 @@ def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
 
 
 def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
     from envace_lite.config import ConfigError
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
@@ -539,8 +540,8 @@ def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
 def test_cli_never_rewrites_config_json_for_rows_it_did_not_make(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from envace_lite import evaluate as ev
-    from envace_lite.cli import app
+    from envace_lite.pipelines import evaluate as ev
+    from envace_lite.cli.main import app
 
     pol = _scripted_policy()
     monkeypatch.setattr(ev, "as_policy", lambda spec, cfg, seed=0: pol)
@@ -579,7 +580,7 @@ def _closed_port() -> int:
 
 
 def test_judge_health_counts_consecutive_unhealthy_steps():
-    from envace_lite.rewards import JudgeHealth
+    from envace_lite.core.judge import JudgeHealth
 
     h = JudgeHealth(0.5, 2, "http://x/v1")
     assert h.update(1, 1.0) is None
@@ -593,7 +594,7 @@ def test_judge_health_counts_consecutive_unhealthy_steps():
 def test_closed_judge_port_exits_nonzero_naming_the_url(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     _no_model(monkeypatch)
     url = f"http://127.0.0.1:{_closed_port()}/v1"
@@ -608,18 +609,18 @@ def test_closed_judge_port_exits_nonzero_naming_the_url(tmp_path, monkeypatch):
 def test_a_judge_that_dies_mid_run_stops_training_within_two_steps(tmp_path, monkeypatch):
     from scaled_worker import TINY, scripted_policy
 
-    from envace_lite import rewards
+    from envace_lite.core import judge
     from envace_lite.config import get_config
-    from envace_lite.data import load_tasks
-    from envace_lite.models import qwen3_tokenizer
-    from envace_lite.train import last_checkpoint, read_metrics, train
+    from envace_lite.envs.tasks import load_tasks
+    from envace_lite.models.load import qwen3_tokenizer
+    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
 
-    monkeypatch.setattr(rewards, "probe_judge", lambda *a, **k: "ok")  # it answered the probe
+    monkeypatch.setattr(judge, "probe_judge", lambda *a, **k: "ok")  # it answered the probe
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     cfg = get_config("smoke", {**TINY, "grpo.steps": 5, "grpo.judge": "llm",
                                "grpo.judge_url": url, "grpo.judge_model": "j"})
     tasks = [t for t in load_tasks("bfcl-base", "train") if t.id == "multi_turn_base_0"]
-    with pytest.raises(rewards.JudgeUnavailable, match=f"judge at {re.escape(url)} failed") as e:
+    with pytest.raises(judge.JudgeUnavailable, match=f"judge at {re.escape(url)} failed") as e:
         train(cfg, tmp_path, generator=scripted_policy(qwen3_tokenizer()), tasks=tasks)
     assert "stopped at step 2" in str(e.value) and "--run-dir" in str(e.value)
     rows = read_metrics(tmp_path)
@@ -645,7 +646,8 @@ def _worst():
 def _boom_on(monkeypatch, *, step: bool = False):
     """``protocol.rehearse_messages`` (and with ``step`` the committed env step) raise on
     BOOM calls: an unforeseen failure inside one trajectory."""
-    from envace_lite import commit, protocol
+    from envace_lite import protocol
+    from envace_lite.core import execute as commit
 
     real_rehearse, real_execute = protocol.rehearse_messages, commit._execute
 
@@ -674,10 +676,10 @@ def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monke
     from scaled_worker import TINY
 
     from envace_lite.config import get_config
-    from envace_lite.data import load_tasks
-    from envace_lite.generation import ScriptedGenerator
-    from envace_lite.models import qwen3_tokenizer
-    from envace_lite.train import last_checkpoint, read_metrics, train
+    from envace_lite.envs.tasks import load_tasks
+    from envace_lite.llm.scripted import ScriptedGenerator
+    from envace_lite.models.load import qwen3_tokenizer
+    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
 
     worst_act, worst_rehearse = _worst()
     act = [BOOM, *worst_act]
@@ -710,10 +712,10 @@ def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monke
 
 
 def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypatch, caplog):
-    from envace_lite import evaluate as ev
+    from envace_lite.pipelines import evaluate as ev
     from envace_lite.envs import list_tasks, make_env
-    from envace_lite.generation import ScriptedGenerator
-    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.llm.scripted import ScriptedGenerator
+    from envace_lite.models.load import qwen3_tokenizer
 
     worst_act, worst_rehearse = _worst()
     tok = qwen3_tokenizer()
@@ -758,15 +760,16 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
 # ---------------------------------------------------------------------------------------------
 
 def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
-    from envace_lite import commit
+    from envace_lite.core import execute as commit
+    from envace_lite.core.episode import Episode
     from envace_lite.envs import list_tasks, make_env
-    from envace_lite.rehearsal import RehearsalExecuted
+    from envace_lite.core.rehearsal import RehearsalExecuted
 
     suite = "tau2-retail-drills"
     eps = []
     for tid in list_tasks(suite, "test")[:2]:
         env = make_env(suite, tid)
-        eps.append(commit.Episode(suite, tid, 0, env, env.reset()))
+        eps.append(Episode(suite, tid, 0, env, env.reset()))
     calls = []
 
     def executed(todo, *a, **k):

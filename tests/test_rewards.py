@@ -1,4 +1,4 @@
-"""Tests of envace_lite.rewards: the checklist judge, the LLM judge, per-output rewards.
+"""Tests of envace_lite.core.rewards: the checklist judge, the LLM judge, per-output rewards.
 
 Default tier: synthetic trajectories with hand-computed rewards; the LLM judge talks to a local
 ``http.server`` on 127.0.0.1.
@@ -12,9 +12,8 @@ from typing import ClassVar
 
 import pytest
 
-from envace_lite.data import build_checklist
-from envace_lite.rewards import (
-    LLMJudge,
+from envace_lite.envs.tasks import build_checklist
+from envace_lite.core.rewards import (
     checklist_reward,
     judge_turn,
     output_rewards,
@@ -22,6 +21,7 @@ from envace_lite.rewards import (
     score_trajectories,
     shuffle_rewards,
 )
+from envace_lite.core.judge import LLMJudge
 from envace_lite.types import ChecklistItem, Observation, Output, Step, Task, ToolCall, Trajectory
 
 # Turn 0: weather in Paris, said to the user; turn 1: the model should ask, not call.
@@ -57,7 +57,7 @@ USER = '{"user_id": "u1", "name": "Ann"}'
 def lookup_turn(communicate=()) -> list[ChecklistItem]:
     """A lookup turn built like the data: one gold call get_user(u1) whose real output is USER.
 
-    ``data.KIND_SHARES`` renormalised over the kinds present: without ``communicate``
+    ``tasks.KIND_SHARES`` renormalised over the kinds present: without ``communicate``
     call = 0.6 / 0.8 = 0.75 and observation (expects "u1", "Ann") = 0.2 / 0.8 = 0.25; with it
     call 0.6, observation 0.2, communicate 0.2.
     """

@@ -1,4 +1,4 @@
-"""Tests of envace_lite.rollout: packing, batching, modes, stops and bad model text.
+"""Tests of envace_lite.core.rollout: packing, batching, modes, stops and bad model text.
 
 Default tier: the real Qwen3 tokenizer, scripted generators, real BFCL / tau2 adapters, and one
 end-to-end run of the tiny random Qwen3 through the real parser.
@@ -9,12 +9,13 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.config import get_config
-from envace_lite.data import load_tasks
+from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
-from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.rewards import checklist_reward, output_valid, score_trajectories
-from envace_lite.rollout import chat_glue, close_envs, rollout, rollout_stats
+from envace_lite.llm.generation import HFGenerator, chat_ids
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.core.rewards import checklist_reward, output_valid, score_trajectories
+from envace_lite.core.rollout import chat_glue, close_envs, rollout, rollout_stats
 from envace_lite.types import ChecklistItem, Task, ToolCall
 
 TOOLS = [

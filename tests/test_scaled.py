@@ -128,7 +128,7 @@ def test_generate_calls_stay_collective_when_ranks_finish_apart(tmp_path):
 # vLLM pieces on one process
 # ---------------------------------------------------------------------------------------------
 def test_rank_slice_cuts_gathered_completions_by_counts():
-    from envace_lite.vllm_generation import rank_slice
+    from envace_lite.llm.vllm_generation import rank_slice
 
     done = [[1], [2], [3], [4], [5]]
     assert rank_slice(done, None, [2, 0, 3], 0) == ([[1], [2]], [None, None])
@@ -139,7 +139,7 @@ def test_rank_slice_cuts_gathered_completions_by_counts():
 
 
 def test_row_sampling_logps_follow_owners():
-    from envace_lite.vllm_generation import row_sampling_logps
+    from envace_lite.llm.vllm_generation import row_sampling_logps
 
     owner = torch.tensor([[-1, 0, 0, -1, 1, 1, 1], [2, 2, -1, -1, -1, -1, -1]])
     out = row_sampling_logps(owner, [[-0.1, -0.2], [-1.0, -2.0], None])
@@ -148,7 +148,7 @@ def test_row_sampling_logps_follow_owners():
 
 
 def test_importance_weights_truncate_or_mask():
-    from envace_lite.vllm_generation import importance_weights
+    from envace_lite.llm.vllm_generation import importance_weights
 
     train = torch.tensor([[math.log(0.5), math.log(0.9), math.log(0.2)]])
     sampled = torch.tensor([[math.log(0.25), math.nan, math.log(0.02)]])
@@ -161,7 +161,7 @@ def test_importance_weights_truncate_or_mask():
 
 
 def test_grpo_args_switch_on_vllm_only_when_asked(tmp_path):
-    from envace_lite.train import grpo_args, per_device_batch
+    from envace_lite.pipelines.train import grpo_args, per_device_batch
 
     hf = grpo_args(get_config("smoke"), tmp_path)
     assert not hf.use_vllm and not hf.bf16
@@ -228,13 +228,13 @@ def test_load_overrides_rejects_nested_files(tmp_path):
 # Configs validate with accelerate's and transformers' own loaders
 # ---------------------------------------------------------------------------------------------
 def accelerate_launch_env(config_file: Path) -> tuple:
-    """What `accelerate launch --config_file X -m envace_lite.cli train` computes before starting
+    """What `accelerate launch --config_file X -m envace_lite.cli.main train` computes before starting
     processes: its parsed args and the environment every rank would get."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
     args = launch_command_parser().parse_args(
-        ["--config_file", str(config_file), "-m", "envace_lite.cli", "train"])
+        ["--config_file", str(config_file), "-m", "envace_lite.cli.main", "train"])
     args, defaults, mp_from_config = _validate_launch_command(args)
     if args.use_deepspeed:  # as accelerate's launch_command does before deepspeed_launcher
         fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_config else [])
@@ -315,9 +315,9 @@ def test_train_dry_run_prints_config_entry_point_and_world(path, capsys, monkeyp
                    "--overrides", "scaled/overrides/reference.yaml", "--run-dir", "runs/x"],
                   capsys)
     world = 16 if "2node" in path.name else 8
-    assert doc["world_size"] == world and "envace_lite.train.train" in doc["entry_point"]
+    assert doc["world_size"] == world and "envace_lite.pipelines.train.train" in doc["entry_point"]
     assert doc["command"].startswith(f"accelerate launch --config_file {path.relative_to(ROOT)}")
-    assert "-m envace_lite.cli train --profile scaled --run-dir runs/x" in doc["command"]
+    assert "-m envace_lite.cli.main train --profile scaled --run-dir runs/x" in doc["command"]
     assert doc["config"]["grpo"]["steps"] == 470
     assert doc["batch"]["per_device_train_batch_size"] == 64 // world
     if "deepspeed_resolved" in doc["launcher"]:
@@ -348,7 +348,7 @@ def test_server_judge_and_notebook_dry_runs(capsys, monkeypatch):
     assert "accelerate launch" in doc["stages"][0]["command"]
     assert "--run-dir runs/notebooks/s/train" in doc["stages"][0]["command"]
     [nbs] = doc["stages"][1:]  # the notebook runner after training, into the same series dir
-    assert "envace_lite.cli notebooks --profile scaled" in nbs["command"]
+    assert "envace_lite.cli.main notebooks --profile scaled" in nbs["command"]
     assert "--out runs/notebooks/s" in nbs["command"]
     passed = 'train_run_dir="runs/notebooks/s/train"' in nbs["command"]
     assert passed == bool(doc["train_run_readers"])  # the runner refuses undeclared parameters
@@ -368,7 +368,7 @@ def test_shell_scripts_parse_and_dry_run(path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
-    assert "envace_lite.train.train" in out and "Qwen/Qwen3-8B" in out
+    assert "envace_lite.pipelines.train.train" in out and "Qwen/Qwen3-8B" in out
     if path.suffix == ".sh":
         assert "world size: 8" in out and "torchrun --standalone" in out
     else:
@@ -380,7 +380,7 @@ def test_cli_train_takes_override_files(tmp_path):
     """`envace-lite train --overrides A --overrides B --set` layers them in that order."""
     from typer.testing import CliRunner
 
-    from envace_lite import cli
+    from envace_lite.cli import main as cli
 
     a, b = tmp_path / "a.yaml", tmp_path / "b.json"
     a.write_text("grpo.steps: 7\ngrpo.beta: 0.0\n")
@@ -391,7 +391,7 @@ def test_cli_train_takes_override_files(tmp_path):
         seen["cfg"] = cfg
         return Path(run_dir or tmp_path)
 
-    import envace_lite.train as train_module
+    import envace_lite.pipelines.train as train_module
 
     original = train_module.train
     train_module.train = fake_train
@@ -464,8 +464,8 @@ def test_vllm_server_answers_trls_client_through_vllmgenerator(tmp_path):
     from accelerate import PartialState
     from trl.generation.vllm_client import VLLMClient
 
-    from envace_lite.models import load_tokenizer
-    from envace_lite.vllm_generation import VLLMGenerator
+    from envace_lite.models.load import load_tokenizer
+    from envace_lite.llm.vllm_generation import VLLMGenerator
 
     folder = Path.home() / ".cache" / "envace_lite" / "models" / "smollm2-135m"
     if not (folder / "config.json").exists():

@@ -14,13 +14,14 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.config import ConfigError, get_config
-from envace_lite.data import load_tasks
+from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import list_tasks, make_env
-from envace_lite.generation import HFGenerator, ScriptedGenerator, chat_ids
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.rollout import rollout
-from envace_lite.sft import CHECKPOINT, sft_rows, warmstart
-from envace_lite.transcripts import (
+from envace_lite.llm.generation import HFGenerator, chat_ids
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.core.rollout import rollout
+from envace_lite.pipelines.sft import CHECKPOINT, sft_rows, warmstart
+from envace_lite.core.transcripts import (
     build_transcripts,
     encode_act,
     encode_rehearse,
@@ -157,7 +158,7 @@ def test_sft_rows_respect_the_budget_and_skip_long_rows(tok):
 
 def test_smoke_warm_start_end_to_end(tmp_path):
     """transcripts → SFT (1 step) → checkpoint → load_policy → generation → committed run."""
-    from envace_lite.evaluate import evaluate_suites
+    from envace_lite.pipelines.evaluate import evaluate_suites
 
     cfg = get_config("smoke", {"warmstart.eval_first_turns": 2})
     run = warmstart(cfg, tmp_path / "ws")
@@ -182,7 +183,7 @@ def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
     """``warmstart.world_rows``: the rows of ``world_examples(world_tasks(cfg))`` join SFT."""
     import json
 
-    from envace_lite.transcripts import world_examples, world_tasks
+    from envace_lite.core.world_rows import world_examples, world_tasks
 
     cfg = get_config("smoke", {"warmstart.world_rows": 2, "warmstart.eval_first_turns": 0})
     world = world_tasks(cfg)
@@ -199,15 +200,15 @@ def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def _drill_tasks(n=None):
-    from envace_lite.transcripts import training_tasks
+    from envace_lite.core.transcripts import training_tasks
     cfg = get_config("drills", {"warmstart.sft_share": 0.08})
     tasks = training_tasks(cfg, "sft")
     return cfg, tasks if n is None else tasks[:n]
 
 
 def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
-    from envace_lite import prompts
-    from envace_lite.transcripts import approx_tokens, memory_transcript, task_transcripts
+    from envace_lite.protocol import prompts
+    from envace_lite.core.transcripts import approx_tokens, memory_transcript, task_transcripts
     cfg, tasks = _drill_tasks()
     task = next(t for t in tasks if t.id.startswith("lookup:"))
     order = "#" + task.id.split(":")[1]
@@ -225,7 +226,7 @@ def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
 
 
 def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
-    from envace_lite.transcripts import approx_tokens, slip_example
+    from envace_lite.core.transcripts import approx_tokens, slip_example
     cfg, tasks = _drill_tasks()
     task = next(t for t in tasks if t.id.startswith("lookup:"))
     ex = slip_example(task, cfg, approx_tokens, False)
@@ -241,7 +242,7 @@ def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
 
 
 def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
-    from envace_lite.transcripts import build_transcripts
+    from envace_lite.core.transcripts import build_transcripts
     cfg, tasks = _drill_tasks(12)
     plain = build_transcripts(tasks, cfg)
     cfg.warmstart.memory_share, cfg.warmstart.error_rows = 1.0, True
@@ -263,7 +264,7 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
 
 
 def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
-    from envace_lite.transcripts import world_examples, world_tasks
+    from envace_lite.core.world_rows import world_examples, world_tasks
     cfg, sft = _drill_tasks()
     cfg.warmstart.world_rows = 6
     world = world_tasks(cfg)

@@ -1,9 +1,9 @@
-"""Paired bootstrap CIs (``envace_lite.stats``), with values worked out by hand."""
+"""Paired bootstrap CIs (``envace_lite.pipelines.stats``), with values worked out by hand."""
 from __future__ import annotations
 
 import pytest
 
-from envace_lite.stats import bootstrap_mean, paired_bootstrap, per_tier, tier_of
+from envace_lite.pipelines.stats import bootstrap_mean, paired_bootstrap, per_tier, tier_of
 
 
 def test_paired_bootstrap_three_tasks_by_hand():

@@ -1,4 +1,4 @@
-"""Tests of envace_lite.train: every mode trains, a SIGTERM-killed run resumes, end to end.
+"""Tests of envace_lite.pipelines.train: every mode trains, a SIGTERM-killed run resumes, end to end.
 
 All runs use the smoke profile with a smaller tiny Qwen3 (hidden 32, one layer; the real Qwen3
 vocabulary and architecture) on real BFCL train tasks. Non-zero advantages come from a scripted
@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 from scaled_worker import scripted_policy
 
 from envace_lite.config import get_config
-from envace_lite.data import load_tasks
-from envace_lite.grpo import REHEARSE_WEIGHTS
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
+from envace_lite.envs.tasks import load_tasks
+from envace_lite.core.grpo import REHEARSE_WEIGHTS
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.pipelines.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64}
@@ -105,7 +105,7 @@ def test_metrics_trim_and_incomplete_checkpoints(tmp_path):
 def test_sigterm_then_resume_gives_each_step_once(tmp_path):
     """The real tiny model through the real rollout engine, parser and BFCL tasks, via the CLI."""
     sets = [f"--set={k}={v}" for k, v in SHORT.items()]
-    cmd = [sys.executable, "-m", "envace_lite.cli", "train", "--profile", "smoke", "--steps", "4",
+    cmd = [sys.executable, "-m", "envace_lite.cli.main", "train", "--profile", "smoke", "--steps", "4",
            "--run-dir", str(tmp_path), *sets]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

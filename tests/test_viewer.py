@@ -1,4 +1,4 @@
-"""Tests of envace_lite.viewer: roles, rehearsed vs real observations, the counter, escaping.
+"""Tests of envace_lite.course.viewer: roles, rehearsed vs real observations, the counter, escaping.
 
 Default tier: the real Qwen3 tokenizer, scripted policies through the real rollout engine and a
 real BFCL adapter, and one end-to-end run of the tiny random Qwen3.
@@ -13,15 +13,16 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.config import get_config
-from envace_lite.course import gold_rollout
-from envace_lite.data import build_task
+from envace_lite.course.helpers import gold_rollout
+from envace_lite.envs.tasks import build_task
 from envace_lite.envs import list_tasks
-from envace_lite.generation import HFGenerator, ScriptedGenerator
-from envace_lite.models import load_policy, qwen3_tokenizer
-from envace_lite.rewards import score_trajectories
-from envace_lite.rollout import close_envs, rollout
+from envace_lite.llm.generation import HFGenerator
+from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.models.load import load_policy, qwen3_tokenizer
+from envace_lite.core.rewards import score_trajectories
+from envace_lite.core.rollout import close_envs, rollout
 from envace_lite.types import ToolCall
-from envace_lite.viewer import TrajectoryView, render_episode, render_text, render_trajectory
+from envace_lite.course.viewer import TrajectoryView, render_episode, render_text, render_trajectory
 
 INJECTION = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -171,7 +172,8 @@ def test_tiny_real_model_end_to_end(task):
 def scripted_episode(tok, mode: str, n: int = 2):
     """A committed bfcl-base run whose every role is scripted: ACT calls ``ls`` once per user turn
     (then says "Done."), REHEARSE imagines a listing, FEEDBACK and MEMORY write tagged text."""
-    from envace_lite.commit import Episode, run_committed
+    from envace_lite.core.execute import run_committed
+    from envace_lite.core.episode import Episode
     from envace_lite.envs import make_env
 
     call = protocol.assistant_text([ToolCall("ls", {})])
@@ -226,7 +228,8 @@ def test_render_episode_with_one_attempt_and_without_rehearsal(tok):
     assert len(ep.rehearsals[0].attempts) == 1
     page = render_episode(ep, row)
     assert "<b>N</b>: 1" in page and page.count('class="envace-attempt"') == row["user_turns"]
-    from envace_lite.commit import Episode, run_committed
+    from envace_lite.core.execute import run_committed
+    from envace_lite.core.episode import Episode
     from envace_lite.envs import make_env
 
     tid = list_tasks("bfcl-base", "test")[0]

@@ -14,7 +14,7 @@ Suites (the name says the protocol):
 ``bfcl-miss_param``    BFCL v4 multi-turn, a parameter withheld (the model should ask)
 ``bfcl-long_context``  BFCL v4 multi-turn with large distractor state
 ``tau2-retail-drills`` drills generated from tau2's retail DB: lookup, two-hop, rule-gated
-                       cancel and return (``drills.py``), scored by tau2's evaluator
+                       cancel and return (``drills/suite.py``), scored by tau2's evaluator
 ``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
 =====================  =====================================================================
 
@@ -25,6 +25,8 @@ Usage::
 """
 from __future__ import annotations
 
+from types import ModuleType
+
 from envace_lite.envs.base import Env, GoldTurn, replay_gold
 
 TAU2_SUITES = (
@@ -32,16 +34,36 @@ TAU2_SUITES = (
 )
 BFCL_SUITES = ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context")
 DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills")
+"""Suites the ``drills`` plugin registers (``plugins.py``) when first asked for."""
 SUITES = TAU2_SUITES + BFCL_SUITES + DRILL_SUITES
 
+_REGISTERED: dict[str, ModuleType] = {}
 
-def _module(suite: str):
+
+def register_suites(suites: tuple[str, ...] | list[str], module: ModuleType) -> None:
+    """Serve ``suites`` from ``module``: its ``task_ids(suite, split)`` and ``make(suite, task_id,
+    **kwargs)``, and optionally ``suite_tasks(suite, split, rendering)`` (ready ``Task`` objects,
+    used by ``envs.tasks.load_tasks``) and ``suite_card(suite)`` (extra data-card fields)."""
+    for suite in suites:
+        _REGISTERED[suite] = module
+
+
+def suite_module(suite: str) -> ModuleType:
+    """The module that serves ``suite`` (built-in adapters, or one a plugin registered).
+
+    Raises:
+        KeyError: on an unknown suite.
+    """
     if suite in TAU2_SUITES:
         from envace_lite.envs import tau2 as mod
     elif suite in BFCL_SUITES:
         from envace_lite.envs import bfcl as mod
-    elif suite in DRILL_SUITES:
-        from envace_lite.envs import drills as mod
+    elif suite in SUITES:
+        if suite not in _REGISTERED:
+            from envace_lite.plugins import load_plugins
+
+            load_plugins()
+        mod = _REGISTERED[suite]
     else:
         raise KeyError(f"unknown suite {suite!r}: choose one of {list(SUITES)}")
     return mod
@@ -55,7 +77,7 @@ def list_tasks(suite: str, split: str) -> list[str]:
     """
     if split not in ("train", "test", "all"):
         raise KeyError(f"unknown split {split!r}: choose train, test or all")
-    return _module(suite).task_ids(suite, split)
+    return suite_module(suite).task_ids(suite, split)
 
 
 def make_env(suite: str, task_id: str, **kwargs) -> Env:
@@ -67,7 +89,7 @@ def make_env(suite: str, task_id: str, **kwargs) -> Env:
         KeyError: on an unknown suite or task id.
         RuntimeError: for ``tau2-retail``/``tau2-airline`` without a USER endpoint.
     """
-    return _module(suite).make(suite, task_id, **kwargs)
+    return suite_module(suite).make(suite, task_id, **kwargs)
 
 
 __all__ = [
@@ -79,5 +101,7 @@ __all__ = [
     "GoldTurn",
     "list_tasks",
     "make_env",
+    "register_suites",
     "replay_gold",
+    "suite_module",
 ]

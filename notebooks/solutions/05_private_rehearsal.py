@@ -4,7 +4,7 @@ Paste a block into the notebook's exercise cell, or run
 ``%load solutions/05_private_rehearsal.py`` there. ``tests/test_notebooks.py`` runs every check
 cell of the notebook against this file.
 """
-from envace_lite.rehearsal import parse_feedback
+from envace_lite.protocol.rehearsal_outputs import parse_feedback
 
 # Exercise 1: the tagged parts of a FEEDBACK output
 FEEDBACK_TEXT = ("<assessment>The attempt called cd with a folder that does not exist.</assessment>"

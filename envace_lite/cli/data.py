@@ -1,0 +1,295 @@
+"""The data-side commands of ``envace-lite``: ``check-benchmarks``, ``drills ...`` and ``data ...``
+(registered on the app by ``cli/main.py``; error handling in ``cli/errors.py``).
+
+Commands::
+
+    envace-lite check-benchmarks --suite bfcl-base --split all --json
+    envace-lite check-benchmarks --suite tau2-retail-drills --corrupt --sample 200
+    envace-lite drills generate --domain retail --seed 0      # counts and skipped drills
+    envace-lite drills show lookup:W2611340                   # one registered drill
+    envace-lite drills baselines --suite tau2-retail-drills   # the scripted baselines
+    envace-lite drills report --run DIR --run DIR --out DIR   # held-out success with CIs
+    envace-lite data build --suite tau2-telecom               # derived tasks into the cache
+    envace-lite data card                                     # data/card.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import typer
+
+from envace_lite.cli.errors import drill_errors, user_errors
+from envace_lite.config import ConfigError, first_tasks
+from envace_lite.progress import progress
+
+data_app = typer.Typer(no_args_is_help=True, help="Derived task files and the data card.")
+drills_app = typer.Typer(no_args_is_help=True, help="Drill suites generated from tau2's DBs.")
+
+
+@user_errors
+def check_benchmarks(
+    suite: list[str] = typer.Option(..., help="suite(s) to check"),
+    split: str = typer.Option("all", help="train | test | all"),
+    corrupt: bool = typer.Option(False, help="drop the last state-changing gold call instead "
+                                 "(drills: drop the decisive write, or perform the forbidden one)"),
+    sample: int = typer.Option(0, help="check a fixed random sample of this many tasks per suite "
+                               "(seed 0; 0 = all)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object per suite "
+                                 "(default: one line of text per suite)"),
+) -> None:
+    """Replay every task's gold calls through our adapter; score with the benchmark's evaluator.
+
+    Prints one line per suite (with ``--json``, ``{"suite", "split", "tasks", "passed",
+    "failed_ids", "seconds"}``) and exits 1 if any gold replay failed; an unknown suite or split
+    is a one-line error (exit 2) before anything runs. With ``--corrupt`` the last
+    state-changing gold call is dropped (on the drills: the decisive write is dropped, or the
+    forbidden write performed), tasks
+    without one are skipped, and it prints ``{"suite", "split", "mode", "tasks", "failed",
+    "still_passing_ids", "seconds"}`` (the corrupted replays that still scored 1.0).
+    """
+    import random
+
+    from envace_lite.envs import list_tasks, make_env, replay_gold
+
+    if sample < 0:
+        raise typer.BadParameter(f"--sample {sample}: use 0 (all) or a positive count")
+    try:  # every suite's ids before any replay: an unknown suite or split is refused first
+        ids_of = {s: list_tasks(s, split) for s in suite}
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
+    ok = True
+    for s in suite:
+        start = time.perf_counter()
+        ids = ids_of[s]
+        if sample and sample < len(ids):
+            ids = sorted(random.Random(0).sample(ids, sample))
+        passed, failed, skipped, skipped_ids = 0, [], 0, set()
+        for tid in progress(ids, desc=s, enabled=not as_json):
+            env = make_env(s, tid)
+            try:
+                if corrupt and hasattr(env, "corrupted_turns"):  # the drills
+                    from envace_lite.drills.baselines import play
+
+                    if not (env.drill.write_allowed or env.drill.forbidden is not None):
+                        skipped += 1
+                        skipped_ids.add(tid)
+                        continue
+                    reward, _ = play(env, env.corrupted_turns())
+                elif corrupt and not any(env.is_state_changing(c.name)
+                                         for t in env.gold_turns() for c in t.calls):
+                    skipped += 1
+                    skipped_ids.add(tid)
+                    continue
+                else:
+                    reward, _ = replay_gold(env, drop_last_write=corrupt)
+            finally:
+                env.close()
+            if reward == 1.0:
+                passed += 1
+            else:
+                failed.append(tid)
+        n = len(ids) - skipped
+        seconds = round(time.perf_counter() - start, 1)
+        if corrupt:
+            still = sorted(set(ids) - set(failed) - skipped_ids)
+            report = {"suite": s, "split": split, "mode": "corrupted", "tasks": n,
+                      "failed": len(failed), "still_passing_ids": still, "seconds": seconds}
+            text = f"{s} {split} corrupted: {len(failed)}/{n} fail; still 1.0: {still} ({seconds} s)"
+        else:
+            report = {"suite": s, "split": split, "tasks": n, "passed": passed,
+                      "failed_ids": failed, "seconds": seconds}
+            text = f"{s} {split}: {passed}/{n} scored 1.0; failed {failed} ({seconds} s)"
+        typer.echo(json.dumps(report) if as_json else text)
+        ok = ok and (corrupt or not failed)
+    if not ok:
+        sys.exit(1)
+
+
+@drills_app.command("generate")
+@drill_errors
+def drills_generate(
+    domain: str = typer.Option("retail", help="retail | airline"),
+    seed: int = typer.Option(0, help="generation seed, 0 .. 2**31-1"),
+    tier: list[str] = typer.Option(None, help="tier(s) (default all)"),
+    count: int | None = typer.Option(None, help="at most this many drills per tier"),
+    out: str = typer.Option("", help="write the drills as JSONL here ('' = counts only)"),
+) -> None:
+    """Generate drills from tau2's real database; prints counts and skipped drills per reason."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from envace_lite.drills.generate import generate, skipped_by_reason
+
+    gen = generate(domain, seed, tiers=tier or None, count=count)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("".join(json.dumps(asdict(d)) + "\n" for d in gen.drills))
+    reasons = skipped_by_reason(gen.skipped)
+    typer.echo(json.dumps({"domain": domain, "seed": seed, "drills": len(gen.drills),
+                           "counts": gen.counts(), "skipped": len(gen.skipped),
+                           "skipped_by_reason": reasons}, indent=1))
+
+
+@drills_app.command("show")
+@drill_errors
+def drills_show(
+    suite: str = typer.Option("tau2-retail-drills", help="tau2-retail-drills | tau2-airline-drills"),
+    drill_id: str = typer.Argument(..., help="a drill id, e.g. lookup:W2611340"),
+) -> None:
+    """Print one registered drill (message, tools, gold, what must be communicated)."""
+    from dataclasses import asdict
+
+    from envace_lite.drills.suite import get_drill
+
+    d = asdict(get_drill(suite, drill_id))
+    d.pop("observations")
+    typer.echo(json.dumps(d, indent=1))
+
+
+@drills_app.command("baselines")
+@drill_errors
+def drills_baselines(
+    suite: list[str] = typer.Option(["tau2-retail-drills"], help="drill suite(s)"),
+    split: str = typer.Option("test", help="train | test | all"),
+    limit: int = typer.Option(0, help="first N drills of the split (0 = all)"),
+    out: str = typer.Option("", help="write the JSON report here"),
+) -> None:
+    """Score the scripted baselines (do nothing, always refuse, always write, guess the
+    commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
+    from pathlib import Path
+
+    from envace_lite.envs import make_env
+    from envace_lite.drills.baselines import BASELINES, baseline_turns, play
+    from envace_lite.drills.suite import task_ids
+
+    first_tasks([], limit, "--limit")
+    # every suite's ids first: a suite that is no drill suite, or an unknown split, is refused
+    # (a KeyError naming the choices) before any baseline plays
+    ids_of = {s: first_tasks(task_ids(s, split), limit, "--limit") for s in suite}
+    report: dict = {"split": split, "suites": {}}
+    for s in suite:
+        start = time.perf_counter()
+        ids = ids_of[s]
+        per: dict = {b: {} for b in BASELINES}
+        for tid in progress(ids, desc=s):
+            env = make_env(s, tid)
+            try:
+                for b in BASELINES:
+                    r, _ = play(env, baseline_turns(env.drill, b))
+                    per[b].setdefault(env.drill.tier, []).append(r)
+            finally:
+                env.close()
+        report["suites"][s] = {
+            "tasks": len(ids), "seconds": round(time.perf_counter() - start, 1),
+            **{b: {"success": sum(sum(v) for v in per[b].values()) / max(1, len(ids)),
+                   "per_tier": {t: sum(v) / len(v) for t, v in per[b].items()}}
+               for b in BASELINES}}
+    text = json.dumps(report, indent=1)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    typer.echo(text)
+
+
+@drills_app.command("report")
+@drill_errors
+def drills_report(
+    run: list[str] = typer.Option(..., help="finished experiment folder(s), one per mode and seed"),
+    control: list[str] = typer.Option([], help="shuffled-reward control run(s) whose summary "
+                                      "predates its reward_control field"),
+    out: str = typer.Option("", help="write report.json and effect.png here"),
+    step: int = typer.Option(-1, help="compare every run at this RL step (-1: its last point)"),
+) -> None:
+    """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
+    control runs (``grpo.reward_control=shuffle``), real − control on the same warm starts."""
+    from pathlib import Path
+
+    from envace_lite.drills.report import figure, report
+
+    rep = report(run, control, None if step < 0 else step)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+        figure(rep, Path(out) / "effect.png")
+    for r in rep["runs"]:
+        g = r["gain"]
+        typer.echo(f"{r['group']:>14} s{r['seed']}: after SFT {100 * r['sft']:.1f} % -> "
+                   f"{100 * r['final']:.1f} %  gain {100 * g['diff']:+.1f} "
+                   f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks")
+    for mode, v in rep["vs_shared"].items():
+        typer.echo(f"{mode} - shared (seeds {', '.join(map(str, v['seeds']))}): "
+                   f"{100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]")
+    for group, v in rep["vs_control"].items():
+        mode = group.split("+")[0]
+        for sd, d in list(v["per_seed"].items()) + [("pooled", v["pooled"])]:
+            name = f"s{sd}" if sd != "pooled" else "seeds " + ", ".join(map(str, v["seeds"]))
+            typer.echo(f"{mode} - {group} ({name}): {100 * d['diff']:+.1f} "
+                       f"[{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]")
+
+
+@drills_app.command("sweep")
+@drill_errors
+def drills_sweep(
+    baseline: str = typer.Option(..., help="the N = 0 eval folder (envace-lite eval --rehearsal none)"),
+    run: list[str] = typer.Option(..., help="rehearsal eval folder(s) on the same policy and tasks"),
+    out: str = typer.Option("", help="write sweep.json here"),
+) -> None:
+    """Private rehearsal on the drills: success and failed real calls vs N = 0, paired CIs."""
+    from pathlib import Path
+
+    from envace_lite.drills.report import sweep
+
+    table = sweep(baseline, run)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "sweep.json").write_text(json.dumps(table, indent=1) + "\n")
+    for name, v in table.items():
+        d, f = v["vs_n0"], v["failed_real_calls_vs_n0"]
+        change = v["failed_real_calls_change"]
+        typer.echo(f"{name}: success {100 * v['success']:.1f} % "
+                   f"({100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}] vs N = 0); "
+                   f"failed real calls / episode {v['failed_real_calls_per_episode']:.2f} "
+                   f"({f['diff']:+.2f} [{f['lo']:+.2f}, {f['hi']:+.2f}]"
+                   + (f", {100 * change:+.0f} %" if change is not None else "") + "); "
+                   + (f"{kinds['hash_slip']} of {kinds['hash_slip'] + kinds['other']} failed "
+                      "calls are # slips; " if (kinds := v["failed_call_kinds"])
+                      else "failed calls not split (rows without a call log); ")
+                   + f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
+                   "real call")
+
+
+@data_app.command("build")
+@user_errors
+def data_build(
+    suite: list[str] = typer.Option(..., help="suite(s)"),
+    split: str = typer.Option("all", help="train | test | all"),
+    rebuild: bool = typer.Option(False, help="ignore the cache"),
+) -> None:
+    """Build (or load) the derived tasks: checklists and grounding from real gold replays."""
+    from envace_lite.envs.tasks import load_tasks
+
+    for s in suite:
+        splits = ("train", "test") if split == "all" else (split,)
+        for sp in splits:
+            tasks = load_tasks(s, sp, rebuild=rebuild)
+            flagged = sum(1 for t in tasks if t.flags)
+            typer.echo(f"{s} {sp}: {len(tasks)} tasks, {flagged} with flagged gold calls")
+
+
+@data_app.command("card")
+@user_errors
+def data_card_cmd(
+    suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
+) -> None:
+    """Write ``data/card.json`` with counts, fingerprints and flagged gold calls."""
+    from envace_lite.envs.tasks import write_data_card
+    from envace_lite.envs import BFCL_SUITES, DRILL_SUITES
+
+    suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES,
+                       *DRILL_SUITES]
+    typer.echo(f"wrote {write_data_card(suites)}")
+
+
+__all__ = ["check_benchmarks", "data_app", "drills_app"]

@@ -1,0 +1,60 @@
+"""World rows in the warm start (``warmstart.world_rows``; beyond the paper): grounded REHEARSE
+rows of RL-split train tasks join the SFT rows, to teach REHEARSE to reuse a matching reference
+result (``docs/design.md``).
+
+Usage::
+
+    from envace_lite.core.world_rows import world_examples, world_tasks
+    rows = world_examples(world_tasks(cfg), cfg, tokenizer)
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from envace_lite.config import Config, ConfigError
+from envace_lite.core.transcripts import (
+    RehearseExample,
+    approx_tokens,
+    require_train,
+    task_transcripts,
+    training_tasks,
+)
+from envace_lite.llm.generation import token_counter
+from envace_lite.types import Task
+
+
+def world_tasks(cfg: Config) -> list[Task]:
+    """The RL-split train tasks whose grounded REHEARSE rows join the warm start
+    (``warmstart.world_rows``; beyond the paper): ``training_tasks(cfg, "rl")`` shuffled with
+    ``random.Random(f"world:{run.seed}")``, the first ``world_rows`` of them.
+
+    Raises:
+        ConfigError: ``world_rows`` exceeds the RL-split task count (the message names both;
+            the CLI prints it as one line).
+    """
+    n = cfg.warmstart.world_rows
+    tasks = training_tasks(cfg, "rl") if n else []
+    if n > len(tasks):
+        raise ConfigError(f"warmstart.world_rows={n}: the RL split of {cfg.grpo.suites} has "
+                         f"{len(tasks)} tasks; use at most {len(tasks)}")
+    random.Random(f"world:{cfg.run.seed}").shuffle(tasks)
+    return tasks[:n]
+
+
+def world_examples(tasks: list[Task], cfg: Config,
+                   tokenizer: Any = None) -> list[RehearseExample]:
+    """REHEARSE rows of ``tasks``, each with its task's grounding in the prompt
+    (``task_transcripts(..., gold=True)``): one row per gold call, whose target is that call's
+    real result, which the prompt's reference block also holds. No ACT rows, no grounding drop.
+    ``tokenizer`` counts prompt tokens for trimming (``approx_tokens`` when None).
+
+    Source: beyond the paper (``warmstart.world_rows``). The grounded REHEARSE prompt is the
+    reference code's, which the paper's equation does not have (``docs/design.md``, decision 5).
+    """
+    require_train(tasks)
+    count = approx_tokens if tokenizer is None else token_counter(tokenizer)
+    return [ex for t in tasks for ex in task_transcripts(t, cfg, count, gold=True)[1]]
+
+
+__all__ = ["world_examples", "world_tasks"]

@@ -1,0 +1,2 @@
+"""What the notebooks call (``helpers``, ``plotting``, ``eval_figures``, ``viewer``) and how the
+notebook series is run (``series``)."""

@@ -1,0 +1,424 @@
+"""The notebook course, headless: run every notebook in order into one series run dir.
+
+``run_series`` executes ``notebooks/NN_topic.ipynb`` in order with papermill (kernel ``python3``,
+a per-cell timeout and a wall-clock bound per notebook) into ONE series run dir (docs/design.md,
+"Profiles and runs")::
+
+    runs/notebooks/<profile>__s<seed>__<time>/
+        index.html                      links every executed notebook, its HTML export, figures
+        series.json                     status, wall time and failing cell of each notebook
+        00_tour/00_tour.ipynb           the executed notebook (outputs kept)
+        00_tour/00_tour.html            its HTML export, for instructors
+        00_tour/parameters.json         the parameters papermill injected
+        00_tour/config.json, *.png      written by the notebook itself into its ``run_dir``
+        01_tools_environments_tasks/...
+
+Every notebook gets ``profile``, ``seed``, ``run_dir`` (its own folder) and ``artifacts_dir`` (the
+series dir, so a later notebook reads what earlier ones wrote, e.g.
+``helpers.artifact(artifacts_dir, "02_act_and_rehearse", "outputs.jsonl")``). Opened alone, a
+notebook has ``artifacts_dir = ""`` and runs the minimal upstream step itself.
+
+A failed cell stops the series with ``NotebookFailed`` naming the notebook and the cell (its index
+in the committed notebook), and keeps what already ran: the failed notebook is saved with its error
+and the index page marks it. So does a notebook that runs past its wall-clock bound.
+
+What the notebooks themselves call (their opening cells, exercise checks, the scripted gold
+policy) lives in ``envace_lite.course.helpers``.
+
+Usage::
+
+    envace-lite notebooks --profile smoke                 # what CI executes
+    envace-lite notebooks --profile laptop --only 00,02
+    from envace_lite.course.series import run_series
+    series_dir = run_series("smoke", notebooks=["00", "01"])
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from envace_lite.config import check_profile
+from envace_lite.course.helpers import (
+    NOTEBOOKS_DIR,
+    check_param_type,
+    git_commit,
+    parameters_of,
+    runs_root,
+)
+from envace_lite.paths import new_run_dir
+from envace_lite.profiles import OFFLINE_PROFILES
+from envace_lite.progress import get_logger
+
+log = get_logger(__name__)
+
+"""The committed notebooks (``NN_topic.ipynb``) and ``solutions/``."""
+
+TIMEOUTS = {"smoke": (300, 600), "micro": (1800, 3600), "laptop": (1800, 3600),
+            "gpu": (7200, 14400), "scaled": (7200, 14400)}
+"""Per profile: (seconds per cell, wall-clock seconds per notebook)."""
+
+PAPERMILL_TAGS = ("injected-parameters", "papermill-error-cell-tag")
+"""Cells that papermill adds to an executed notebook (not in the committed one)."""
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook of the series failed (a cell raised, or it ran past its wall-clock bound).
+
+    Attributes:
+        notebook: the notebook's stem, e.g. ``02_act_and_rehearse``.
+        cell: the index of the failing cell in the committed notebook (None if unknown).
+        series_dir: the series run dir; everything that ran is kept there.
+    """
+
+    def __init__(self, message: str, notebook: str, cell: int | None, series_dir: Path) -> None:
+        super().__init__(message)
+        self.notebook, self.cell, self.series_dir = notebook, cell, series_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# The series runner
+# ---------------------------------------------------------------------------------------------
+
+def discover(source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The committed notebooks ``NN_topic.ipynb`` of ``source_dir``, in order."""
+    return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
+
+
+def _select(paths: list[Path], only: list[str] | None) -> list[Path]:
+    if not only:
+        return paths
+    chosen = [p for p in paths if any(p.stem == o or p.stem.startswith(f"{o}_") for o in only)]
+    missing = [o for o in only if not any(p.stem == o or p.stem.startswith(f"{o}_")
+                                          for p in chosen)]
+    if missing:
+        raise KeyError(f"no notebook matches {missing}: choose from {[p.stem for p in paths]}")
+    return chosen
+
+
+def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    declared = parameters_of(path)
+    params = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
+            if path.stem == key or path.stem.startswith(f"{key}_"):
+                params.update(value)  # per-notebook: unknown names raise inside the notebook
+        elif key in declared:
+            params[key] = value
+    return params
+
+
+def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
+    """Check the parameters of a series before any kernel starts: every value of a declared
+    parameter has the type of its default (``helpers.check_param_type``). A per-notebook name
+    the notebook does not declare still fails in that notebook's config cell (papermill injects
+    it; ``helpers.check_parameters`` names it).
+
+    Raises:
+        ConfigError: a value of the wrong type, naming the parameter.
+    """
+    for path in paths:
+        declared = parameters_of(path)
+        for key, value in extra.items():
+            if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
+                if not (path.stem == key or path.stem.startswith(f"{key}_")):
+                    continue
+                for name, v in value.items():
+                    if name in declared:
+                        check_param_type(name, v, declared[name])
+            elif key in declared:
+                check_param_type(key, value, declared[key])
+
+
+def _failure(executed: Path) -> tuple[int | None, str]:
+    """(index in the committed notebook, description) of the failing or unfinished cell."""
+    import nbformat
+
+    if not executed.exists():
+        return None, "the executed notebook was not written"
+    try:
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception as e:  # noqa: BLE001 (a notebook cut short while being written)
+        return None, f"the executed notebook cannot be read: {e}"
+    index = -1
+    running = None
+    for cell in nb.cells:
+        if set(cell.get("metadata", {}).get("tags", [])) & set(PAPERMILL_TAGS):
+            continue
+        index += 1
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return index, (f"In [{cell.get('execution_count')}]: "
+                               f"{out.get('ename')}: {out.get('evalue')}")
+        if running is None and cell.get("metadata", {}).get("papermill", {}).get(
+                "status") == "running":
+            running = index
+    return running, "no error output recorded"
+
+
+def _env(profile: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if profile in OFFLINE_PROFILES:
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see the Makefile
+    if env.get("MPLBACKEND", "").lower() == "agg":
+        log.warning("MPLBACKEND=Agg drops notebook figures; unset for the notebook kernels")
+        env.pop("MPLBACKEND")
+    return env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End papermill (SIGINT lets it shut its kernel down), then anything of it still alive."""
+    try:
+        import psutil
+
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 (psutil missing or the process already gone)
+        family = []
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for p in [proc, *family]:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+PROGRESS_EVERY = 15.0
+"""Seconds between two live progress lines of a running notebook (``run_notebook``)."""
+
+
+def running_cell(executed: Path) -> tuple[int, int] | None:
+    """``(1-based code cell now running, code cells)`` of a notebook papermill is executing.
+
+    papermill saves the output notebook after each cell with a ``papermill.status`` per cell;
+    the first cell marked ``running`` (or, between two saves, the first ``pending`` one) is the
+    current one. None while the file is missing or half-written.
+    """
+    try:
+        cells = [c for c in json.loads(executed.read_text())["cells"]
+                 if c.get("cell_type") == "code"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    for wanted in ("running", "pending"):
+        if wanted in status:
+            return status.index(wanted) + 1, len(cells)
+    return None
+
+
+def _report_progress(name: str, executed: Path, start: float, shown: Any) -> Any:
+    """Log one live line (notebook, cell, elapsed time); returns what was shown."""
+    cell = running_cell(executed)
+    elapsed = time.perf_counter() - start
+    where = f"cell {cell[0]}/{cell[1]}" if cell else "starting the kernel"
+    log.info("notebook %s: %s, %.0f s elapsed", name, where, elapsed)
+    return cell
+
+
+def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: int,
+                 timeout: int, profile: str) -> dict[str, Any]:
+    """Execute one notebook into ``stage``; return its record (never raises on a failed cell).
+
+    While it runs, one log line every ``PROGRESS_EVERY`` seconds names the notebook, the code cell
+    it is executing and the elapsed time, so a long cell never looks like a hang."""
+    stage.mkdir(parents=True, exist_ok=True)
+    (stage / "parameters.json").write_text(json.dumps(params, indent=1))
+    executed = stage / src.name
+    cmd = [sys.executable, "-m", "papermill", str(src), str(executed),
+           "-f", str(stage / "parameters.json"), "-k", "python3", "--cwd", str(src.parent),
+           "--execution-timeout", str(cell_timeout), "--no-progress-bar"]
+    start = time.perf_counter()
+    with open(stage / "papermill.log", "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_env(profile),
+                                start_new_session=True)
+        rc, timed_out, shown = None, False, None
+        while rc is None:
+            left = timeout - (time.perf_counter() - start)
+            try:
+                rc = proc.wait(timeout=max(0.1, min(PROGRESS_EVERY, left)))
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - start >= timeout:
+                    _stop(proc)
+                    rc, timed_out = -1, True
+                    break
+                shown = _report_progress(src.stem, executed, start, shown)
+    record = {"name": src.stem, "seconds": round(time.perf_counter() - start, 1),
+              "notebook": executed.name, "status": "ok", "cell": None, "error": ""}
+    if timed_out or rc != 0:
+        cell, what = _failure(executed)
+        record.update(status="timeout" if timed_out else "failed", cell=cell, error=(
+            f"ran past its wall-clock bound of {timeout} s (cell {cell})" if timed_out
+            else what))
+    if executed.exists():
+        record["html"] = export_html(executed).name
+    record["figures"] = sorted(p.name for p in stage.iterdir()
+                               if p.suffix.lower() in (".png", ".svg", ".jpg"))
+    return record
+
+
+def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path | None = None,
+               parameters: dict[str, Any] | None = None, *, seed: int = 0,
+               source_dir: str | Path = NOTEBOOKS_DIR, cell_timeout: int | None = None,
+               timeout: int | None = None) -> Path:
+    """Execute the notebooks in order into one series run dir (see the module docstring).
+
+    Args:
+        profile: ``smoke`` (CI), ``micro``, ``laptop`` ...; passed to every notebook.
+        notebooks: prefixes or stems to run, e.g. ``["00", "02"]`` (None: all, in order).
+        out: the series dir (None: a new ``runs/notebooks/<profile>__s<seed>__<time>/``).
+        parameters: extra parameters. ``{"suite": "bfcl-base"}`` goes to every notebook that
+            declares ``suite``; ``{"02": {"task_index": 3}}`` goes to that notebook only.
+        seed: passed to every notebook as ``seed``.
+        source_dir: where the committed notebooks are.
+        cell_timeout, timeout: seconds per cell and per notebook (default: ``TIMEOUTS``).
+
+    Returns:
+        The series dir, holding ``index.html`` and one folder per notebook.
+
+    Raises:
+        NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
+            kept, and the index is written first.
+        ConfigError: an unknown profile, or a parameter of the wrong type or undeclared by its
+            notebook; raised before any kernel starts.
+        KeyError: ``notebooks`` names a notebook that does not exist.
+        ValueError: a shared parameter no selected notebook declares.
+    """
+    check_profile(profile)
+    paths = _select(discover(Path(source_dir)), notebooks)
+    extra = dict(parameters or {})
+    for key, value in extra.items():
+        shared = not (isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key))
+        if shared and not any(key in parameters_of(p) for p in paths):
+            raise ValueError(f"parameter {key!r} is declared by none of {[p.stem for p in paths]}")
+    check_series_params(paths, extra)
+    cell_t, nb_t = TIMEOUTS.get(profile, TIMEOUTS["laptop"])
+    cell_timeout, timeout = cell_timeout or cell_t, timeout or nb_t
+    series = Path(out) if out else new_run_dir("notebooks", profile, seed, str(runs_root()))
+    series.mkdir(parents=True, exist_ok=True)
+    meta = {"profile": profile, "seed": seed, "commit": git_commit(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "cell_timeout": cell_timeout,
+            "timeout": timeout, "stages": [{"name": p.stem, "status": "not run"} for p in paths]}
+    for i, src in enumerate(paths):
+        base = {"profile": profile, "seed": seed, "run_dir": str(series / src.stem),
+                "artifacts_dir": str(series)}
+        log.info("notebook %s (%d/%d) ...", src.stem, i + 1, len(paths))
+        record = run_notebook(src, series / src.stem, _parameters(src, base, extra),
+                              cell_timeout, timeout, profile)
+        meta["stages"][i] = record
+        write_index(series, meta)
+        log.info("notebook %s: %s in %.1f s", src.stem, record["status"], record["seconds"])
+        if record["status"] != "ok":
+            raise NotebookFailed(
+                f"notebook {src.stem} {record['status']} at cell {record['cell']}: "
+                f"{record['error']}; the executed notebook is kept at "
+                f"{series / src.stem / src.name}, earlier notebooks in {series}",
+                src.stem, record["cell"], series)
+    return series
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML: the exports and the index page
+# ---------------------------------------------------------------------------------------------
+
+def export_html(executed: Path) -> Path:
+    """Write ``<notebook>.html`` beside an executed notebook (nbconvert; a minimal fallback)."""
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    try:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    except Exception as e:  # noqa: BLE001 (nbconvert missing or its template broken)
+        log.warning("nbconvert HTML export failed (%s); using the minimal exporter", e)
+        body = minimal_html(nb)
+    path = executed.with_suffix(".html")
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def minimal_html(nb: Any) -> str:
+    """A plain HTML page of a notebook: sources, text, HTML and PNG outputs, errors."""
+    ansi = re.compile(r"\x1b\[[0-9;]*m")
+    parts = ["<!doctype html><meta charset='utf-8'><body style='font-family:sans-serif'>"]
+    for cell in nb.cells:
+        src = html.escape(cell.source)
+        tag = "div style='white-space:pre-wrap'" if cell.cell_type == "markdown" else "pre"
+        parts.append(f"<{tag}>{src}</{tag.split()[0]}>")
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/png" in data:
+                parts.append(f"<img src='data:image/png;base64,{data['image/png']}'>")
+            elif "text/html" in data:
+                parts.append("".join(data["text/html"]))
+            elif out.get("output_type") == "error":
+                tb = ansi.sub("", "\n".join(out.get("traceback", [])))
+                parts.append(f"<pre style='color:#c62828'>{html.escape(tb)}</pre>")
+            else:
+                text = out.get("text") or data.get("text/plain", "")
+                parts.append(f"<pre>{html.escape(''.join(text))}</pre>")
+    return "\n".join(parts + ["</body>"])
+
+
+def write_index(series: Path, meta: dict[str, Any]) -> Path:
+    """Write ``series.json`` and ``index.html`` (links to notebooks, exports and figures)."""
+    (series / "series.json").write_text(json.dumps(meta, indent=1))
+    colors = {"ok": "#2e7d32", "failed": "#c62828", "timeout": "#c62828", "not run": "#757575"}
+    rows = []
+    for st in meta["stages"]:
+        name, status = st["name"], st["status"]
+        links = []
+        for key, label in (("notebook", "executed notebook"), ("html", "HTML")):
+            if st.get(key):
+                links.append(f"<a href='{name}/{st[key]}'>{label}</a>")
+        if status != "not run":
+            links.append(f"<a href='{name}/parameters.json'>parameters</a>")
+            links.append(f"<a href='{name}/papermill.log'>log</a>")
+        figs = " ".join(f"<a href='{name}/{f}'><img src='{name}/{f}' height='90' title='{f}'>"
+                        "</a>" for f in st.get("figures", []))
+        detail = "" if status == "ok" else html.escape(st.get("error", ""))
+        secs = f"{st['seconds']:.1f} s" if "seconds" in st else ""
+        rows.append(f"<tr><td><b>{name}</b></td><td style='color:{colors.get(status, '#000')}'>"
+                    f"{status} {detail}</td><td>{secs}</td><td>{' · '.join(links)}</td>"
+                    f"<td>{figs}</td></tr>")
+    total = sum(st.get("seconds", 0) for st in meta["stages"])
+    page = f"""<!doctype html><meta charset="utf-8"><title>envace-lite notebooks</title>
+<body style="font-family:sans-serif;max-width:1100px">
+<h1>envace-lite notebook series</h1>
+<p>profile <b>{meta['profile']}</b> · seed {meta['seed']} · commit {meta['commit']} · started
+{meta['started']} · total {total:.1f} s · per-cell timeout {meta['cell_timeout']} s, per notebook
+{meta['timeout']} s</p>
+<table border="1" cellpadding="6" style="border-collapse:collapse">
+<tr><th>notebook</th><th>status</th><th>wall time</th><th>files</th><th>figures</th></tr>
+{''.join(rows)}
+</table></body>"""
+    path = series / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+__all__ = [
+    "NOTEBOOKS_DIR",
+    "PAPERMILL_TAGS",
+    "TIMEOUTS",
+    "NotebookFailed",
+    "discover",
+    "export_html",
+    "minimal_html",
+    "run_notebook",
+    "run_series",
+    "running_cell",
+    "write_index",
+]

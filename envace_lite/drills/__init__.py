@@ -1,0 +1,25 @@
+"""The drills: a CPU-scale reproduction study on short real tau2 tasks (``docs/drills.md``).
+
+Beyond the paper and outside its mechanisms: ``core``, ``envs`` and ``models`` never import this
+package (``tests/test_imports.py``). Importing it registers what it adds to their registries
+(``plugins.py`` imports it when a name is first asked for):
+
+- the drill suites ``tau2-retail-drills`` and ``tau2-airline-drills`` (``suite.py``) with
+  ``envs.register_suites``;
+- the micro bases of ``model.pretrain`` (the copy warm-up and domain pretraining,
+  ``copy_warmup.py``, ``pretrain.py``) with ``models.micro.register_base``.
+
+Modules: ``spec`` (what a drill is, tiers, split rule), ``generate`` (the solver that writes
+drills), ``suite`` (the registered suites and ``DrillEnv``), ``baselines`` (scripted players),
+``copy_warmup`` and ``pretrain`` (the pretrained micro bases), ``report`` (held-out tables and figures).
+"""
+from __future__ import annotations
+
+from envace_lite.drills import copy_warmup, pretrain, suite
+from envace_lite.drills.spec import TIERS
+from envace_lite.envs import register_suites
+from envace_lite.models.micro import register_base
+
+register_suites(tuple(suite.DRILL_DOMAINS), suite)
+register_base(copy_warmup.COPY_PRETRAINS, copy_warmup.copy_base)
+register_base(tuple(TIERS), pretrain.pretrained_base, corpus=pretrain.pretrain_corpus)

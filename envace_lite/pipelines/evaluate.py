@@ -1,0 +1,439 @@
+"""Evaluation runs: committed execution with or without private rehearsal, resumable.
+
+``evaluate`` runs one configuration (a policy, suites, a rehearsal mode and budget N, repeats,
+decoding) and returns one row per task and repeat. The episodes themselves run in
+``execute.run_committed`` (turn-synchronous batches; re-exported here with ``Episode``):
+without rehearsal that is the paper's Non-TTS evaluation, with it the §2.3 procedure
+(``rehearsal.py``). The aggregates and tables of those rows (Avg@k, Table 3, the usage table,
+the per-task table) are in ``tables.py``.
+
+``budget_sweep`` runs N ∈ {1, 2, 3} for both modes (paper Fig. 6; ``eval_figures.plot_budget_sweep``).
+Results go to ``DIR/results.jsonl`` (one row per finished episode, appended at once, so a rerun
+into the same DIR skips what is done, and loads no model when nothing is left) and
+``DIR/summary.json`` (``tables.write_summary``).
+
+Usage::
+
+    envace-lite eval --profile laptop --suite tau2-telecom --suite bfcl-base --limit 5 \\
+        --rehearsal parallel --n 2 --out runs/eval/par2
+    from envace_lite.pipelines.evaluate import evaluate
+    from envace_lite.pipelines.tables import summarize
+    rows = evaluate("base", ["bfcl-base"], rehearsal="sequential", n=2, cfg="smoke", limit=1)
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envace_lite.core.execute import WriteGate, run_committed
+from envace_lite.core.episode import Episode
+from envace_lite.config import Config, get_config
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.llm.generation import Generator
+from envace_lite.paths import read_jsonl
+from envace_lite.progress import get_logger
+from envace_lite.pipelines.tables import sweep_point, write_summary
+from envace_lite.types import DECODING
+from envace_lite.types import REHEARSING_MODES as MODES
+
+log = get_logger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Policy:
+    """A policy handle: a generator, its tokenizer, and a label recorded in every row."""
+
+    generator: Generator
+    tokenizer: Any
+    label: str = "policy"
+
+
+def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
+    """A ``Policy`` from a handle, a ``(generator, tokenizer)`` pair, ``"base"`` or a checkpoint.
+
+    Args:
+        spec: a ``Policy``; a ``(generator, tokenizer)`` tuple; ``"base"`` (the profile's base
+            model, ``model.checkpoint`` ignored); ``""`` (the config's own model and checkpoint);
+            or a checkpoint folder (written by ``save_pretrained``).
+        cfg: the run config (model kind, dtype, device).
+        seed: the generator's sampling seed.
+    """
+    if isinstance(spec, Policy):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return Policy(spec[0], spec[1], "policy")
+    from envace_lite.llm.generation import HFGenerator
+    from envace_lite.models.load import load_policy
+
+    label = policy_label(spec, cfg)
+    c = copy.deepcopy(cfg)
+    if str(spec) == "base":
+        c.model.checkpoint = ""
+    elif str(spec):
+        c.model.checkpoint = str(spec)
+    model, tok = load_policy(c)
+    return Policy(HFGenerator(model, tok, seed=seed,
+                              prefix_cache=cfg.rollout.prefix_cache_tokens), tok, label)
+
+
+def policy_label(spec: Any, cfg: Config) -> str:
+    """The label ``as_policy(spec, cfg)`` gives, without loading anything."""
+    if isinstance(spec, Policy):
+        return spec.label
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return "policy"
+    if not isinstance(spec, (str, Path)):
+        raise TypeError(f"policy {spec!r}: pass a Policy, (generator, tokenizer), 'base' or a "
+                        "checkpoint folder")
+    spec = str(spec)
+    return "base" if spec == "base" else (spec or cfg.model.checkpoint or cfg.model.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------
+
+MEMORY_DEFAULTS = {"rehearsal.memory_source": "policy", "rehearsal.memory_placement": "message"}
+"""The paper's memory: a rehearsal row's ``result_config`` records these keys only when they
+differ from these values."""
+PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy")
+"""Result-relevant settings that may differ between the rows of one results folder (a budget
+sweep writes N = 1, 2, 3 of both modes into one); every other key of ``result_config`` must
+agree across the folder (``check_out``)."""
+
+
+def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n: int,
+                  seed: int) -> dict[str, Any]:
+    """The settings that change an evaluation row's result, as a flat ``{"group.field": value}``.
+
+    Model and checkpoint (the acting policy's label and ``model.*`` that shape its outputs), the
+    split, decoding, rendering and prompt/generation limits, the turn limit, the write gate,
+    the sampling seed, and the rehearsal mode, N, rehearsing policy and, with rehearsal, its
+    decoding, budgets and prompts, and the memory options (``rehearsal.memory_source`` and
+    ``memory_placement``, only when they differ from the paper's ``policy`` and ``message``). Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
+    and ``eval.repeats`` (how many rows, not what a row holds), progress bars and paths.
+
+    Args:
+        cfg: the run config (after ``evaluate``'s overrides).
+        policy, rehearsal_policy: the labels of ``policy_label``.
+        mode: ``none``, ``parallel`` or ``sequential``; n: N (0 without rehearsal).
+        seed: the sampling seed of policies loaded by ``evaluate``.
+    """
+    m, ro, e, r = cfg.model, cfg.rollout, cfg.eval, cfg.rehearsal
+    out: dict[str, Any] = {
+        "policy": policy, "model.kind": m.kind, "model.name": m.name,
+        "model.checkpoint": m.checkpoint, "model.dtype": m.dtype,
+        "model.context_window": m.context_window, "eval.split": e.split,
+        "eval.decoding": e.decoding, "eval.max_turns": e.max_turns,
+        "eval.user_model": e.user_model, "rollout.rendering": ro.rendering,
+        "rollout.compact_policy_chars": ro.compact_policy_chars,
+        "rollout.max_prompt_tokens": ro.max_prompt_tokens,
+        "rollout.max_new_tokens_act": ro.max_new_tokens_act,
+        "rehearsal.write_gate": r.write_gate, "seed": seed,
+        "rehearsal.mode": mode, "rehearsal.n": n, "rehearsal.policy": rehearsal_policy}
+    if mode != "none":
+        out |= {"rehearsal.decoding": r.decoding, "rehearsal.max_turns": r.max_turns,
+                "rehearsal.memory_max_tokens": r.memory_max_tokens,
+                "rehearsal.max_new_tokens_feedback": r.max_new_tokens_feedback,
+                "rehearsal.attempt_chars": r.attempt_chars,
+                "rehearsal.feedback_system": r.feedback_system,
+                "rehearsal.memory_system": r.memory_system,
+                "rollout.max_new_tokens_rehearse": ro.max_new_tokens_rehearse}
+        # the memory options beyond the paper join the record only when set, so rows written
+        # before they existed (the paper's memory) keep their hash; config_differences reads
+        # an absent one as its default
+        out |= {k: v for k, v in (("rehearsal.memory_source", r.memory_source),
+                                  ("rehearsal.memory_placement", r.memory_placement))
+                if v != MEMORY_DEFAULTS[k]}
+    return out
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """The first 12 hex digits of the SHA-256 of ``config`` as sorted-key JSON."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key of two ``result_config``s that differs, outside
+    ``PER_ROW_KEYS``. The rehearsal settings that only rows with rehearsal record are compared
+    when both sides have them (a Non-TTS row and a rehearsal row may share a folder)."""
+    only_rehearsal = ("rehearsal.", "rollout.max_new_tokens_rehearse")
+
+    def filled(cfg: dict[str, Any]) -> dict[str, Any]:  # a rehearsal row's absent memory keys
+        return (MEMORY_DEFAULTS | cfg if cfg.get("rehearsal.mode", "none") != "none" else cfg)
+
+    old, new = filled(old), filled(new)
+    diffs = []
+    for k in dict.fromkeys([*old, *new]):
+        if k in PER_ROW_KEYS or ((k not in old or k not in new) and k.startswith(only_rehearsal)):
+            continue
+        if old.get(k) != new.get(k):
+            diffs.append(f"{k}: {old.get(k)!r} -> {new.get(k)!r}")
+    return diffs
+
+
+def check_out(out: str | Path, config: dict[str, Any], force: bool = False) -> list[str]:
+    """Refuse a results folder whose rows were made under another config.
+
+    Args:
+        out: the folder (its ``results.jsonl`` is read; a torn last row is ignored).
+        config: this run's ``result_config``.
+        force: allow it: the new rows get their own ``config_hash`` (so they are never taken for
+            the old ones) and the old rows are kept.
+
+    Returns:
+        The differences found (empty when the folder is new or agrees).
+
+    Raises:
+        ConfigError: some row was made under another config (names the differing keys), or
+            rows carry no config record (written before rows were keyed on it), unless ``force``.
+    """
+    from envace_lite.config import ConfigError
+
+    rows = read_rows(Path(out) / "results.jsonl")
+    seen = {r.get("config_hash"): r.get("result_config") for r in rows}
+    diffs: list[str] = []
+    if None in seen or any(c is None for c in seen.values()):
+        diffs.append("rows without a config record (written by an older version)")
+    for old in (c for c in seen.values() if c is not None):
+        diffs += [d for d in config_differences(old, config) if d not in diffs]
+    if diffs and not force:
+        raise ConfigError(f"{out} holds results of another config ({'; '.join(diffs)}): use "
+                          "another --out, or --force-new-config to add this config's rows beside "
+                          "them (rows are keyed on their config hash, never mixed)")
+    if diffs:
+        log.warning("%s holds results of another config (%s); adding this config's rows beside "
+                    "them", out, "; ".join(diffs))
+    return diffs
+
+
+def save_config(out: str | Path, cfg: Config) -> Path:
+    """Write ``out/config.json`` unless one is there; a different config goes beside it as
+    ``config-<hash of its JSON>.json``, so ``config.json`` never claims settings that its rows
+    were not made with. Returns the path written (or the existing ``config.json``)."""
+    out = Path(out)
+    path = out / "config.json"
+    text = json.dumps(cfg.to_dict(), indent=2, sort_keys=True)
+    if not path.exists() or path.read_text() == text:
+        return cfg.save(out)
+    other = out / f"config-{config_hash(cfg.to_dict())}.json"
+    other.write_text(text)
+    log.info("%s exists with other settings; this run's config is in %s", path, other.name)
+    return other
+
+
+def row_key(row: dict[str, Any]) -> tuple:
+    """What identifies a row within a results file (a rerun skips rows with a known key):
+    suite, task, repeat, rehearsal mode, N, the two policy labels and the ``config_hash`` of its
+    ``result_config`` (rows of another decoding or rendering are never reused)."""
+    return (row["suite"], str(row["task_id"]), int(row["repeat"]), row.get("rehearsal", "none"),
+            int(row.get("n", 0)), row.get("rehearsal_policy", ""), row.get("policy", ""),
+            row.get("config_hash", ""))
+
+
+def read_rows(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+    """The rows of a ``results.jsonl`` (an empty list when it does not exist).
+
+    A torn last row (a kill mid-write) is dropped with a warning; ``repair`` also cuts it off
+    the file, before rows are appended (see ``paths.read_jsonl``).
+
+    Raises:
+        ValueError: a row before the last is not JSON.
+    """
+    return read_jsonl(path, repair=repair)
+
+
+def _user_for(suite: str, cfg: Config) -> Any:
+    if suite not in ("tau2-retail", "tau2-airline") or not cfg.eval.user_url:
+        return None
+    from envace_lite.envs.tau2 import OpenAICompatibleUser
+
+    return OpenAICompatibleUser(cfg.eval.user_url, cfg.eval.user_model)
+
+
+def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
+             n: int | None = None, rehearsal_policy: Any = None, repeats: int | None = None,
+             decoding: str | None = None, *, cfg: Config | str = "laptop",
+             limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
+             out: str | Path | None = None, seed: int = 0,
+             force_new_config: bool = False) -> list[dict[str, Any]]:
+    """Evaluate one configuration on the first ``limit`` test tasks of each suite.
+
+    Args:
+        policy: the acting policy (see ``as_policy``).
+        suite: one suite or a list (``tau2-retail``/``tau2-airline`` need ``eval.user_url``;
+            their ``-ticket`` variants are NON-OFFICIAL).
+        rehearsal: None (Non-TTS), ``parallel`` or ``sequential``.
+        n: N, rehearsals per user turn (default ``cfg.rehearsal.n``).
+        rehearsal_policy: who rehearses (see ``as_policy``; default ``cfg.rehearsal.policy``,
+            and "" there means the acting policy).
+        repeats: k of Avg@k (default ``cfg.eval.repeats``).
+        decoding: ``greedy`` or ``sample`` (default ``cfg.eval.decoding``); recorded per row.
+        cfg: a ``Config`` or a profile name.
+        limit, split, write_gate: override ``eval.limit`` (0 = all), ``eval.split``,
+            ``rehearsal.write_gate``.
+        out: a folder: rows are appended to ``out/results.jsonl`` as episodes finish, rows
+            already there (same ``row_key``, which holds the ``config_hash``) are skipped and
+            returned as they were, and ``out/summary.json`` is rewritten at the end. A folder
+            holding rows of another result config is refused (``check_out``).
+        seed: sampling seed of policies loaded here (part of the result config).
+        force_new_config: accept an ``out`` holding rows of another config; this config's rows
+            are added beside them, under their own hash.
+
+    Returns:
+        The rows of this configuration (done earlier or now), suite by suite, repeat-major, each
+        with ``policy`` and ``rehearsal_policy`` labels added (see ``run_committed``).
+
+    Raises:
+        ValueError: a negative ``limit`` (or ``eval.limit``), or an unknown ``decoding``.
+        ConfigError: ``out`` holds rows of another result config (a ``ValueError``), unless
+            ``force_new_config``.
+    """
+    cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
+    e, r = cfg.eval, cfg.rehearsal
+    e.repeats = e.repeats if repeats is None else repeats
+    e.decoding = e.decoding if decoding is None else decoding
+    e.limit = e.limit if limit is None else limit
+    if e.limit < 0:  # ids[:-1] would silently run all tasks but the last
+        from envace_lite.config import ConfigError
+
+        raise ConfigError(f"limit must be >= 0 (0 = all tasks), got {e.limit}")
+    e.split = e.split if split is None else split
+    r.write_gate = r.write_gate if write_gate is None else write_gate
+    if e.decoding not in DECODING:
+        raise ValueError(f"decoding={e.decoding!r}: use one of {sorted(DECODING)}")
+    mode = rehearsal or "none"
+    r.mode, r.n = mode, r.n if n is None else n
+    rspec = r.policy if rehearsal_policy is None else rehearsal_policy
+    own = mode == "none" or rspec in ("", None)
+    labels = {"policy": policy_label(policy, cfg),
+              "rehearsal_policy": "" if mode == "none" else policy_label(
+                  policy if own else rspec, cfg), "split": e.split}
+    rconfig = result_config(cfg, labels["policy"], labels["rehearsal_policy"], mode,
+                            r.n if mode != "none" else 0, seed)
+    labels |= {"config_hash": config_hash(rconfig), "result_config": rconfig}
+    if out is not None:
+        check_out(out, rconfig, force=force_new_config)
+    loaded: dict[str, Policy] = {}  # policies are loaded only when an episode must run
+
+    def policies() -> tuple[Policy, Policy]:
+        if not loaded:
+            loaded["act"] = as_policy(policy, cfg, seed)
+            loaded["rehearse"] = loaded["act"] if own else as_policy(rspec, cfg, seed)
+        return loaded["act"], loaded["rehearse"]
+    results = Path(out) / "results.jsonl" if out is not None else None
+    done = ({row_key(x): x for x in read_rows(results, repair=True)}  # cut a torn last row
+            if results is not None else {})
+    suites = [suite] if isinstance(suite, str) else list(suite)
+
+    def write(row: dict[str, Any]) -> None:
+        row.update(labels)
+        if results is not None:
+            results.parent.mkdir(parents=True, exist_ok=True)
+            with results.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    rows: list[dict[str, Any]] = []
+    for s in suites:
+        ids = list_tasks(s, e.split)
+        ids = ids[: e.limit] if e.limit else ids
+        keys = [(s, tid, k) for k in range(e.repeats) for tid in ids]
+        episodes, have = [], {}
+        for s_, tid, k in keys:
+            key = (s_, tid, k, mode, r.n if mode != "none" else 0, labels["rehearsal_policy"],
+                   labels["policy"], labels["config_hash"])
+            if key in done:
+                have[(tid, k)] = done[key]
+                continue
+            env = make_env(s_, tid, **({"user": u} if (u := _user_for(s_, cfg)) else {}))
+            msgs = env.reset()
+            gate = WriteGate(msgs) if r.write_gate else None
+            episodes.append(Episode(s_, tid, k, env, msgs, gate=gate))
+        log.info("%s: %d episodes to run, %d already done (%s, N=%s)", s, len(episodes),
+                 len(have), mode, r.n if mode != "none" else 0)
+        fresh: list[dict[str, Any]] = []
+        if episodes:
+            acting, rehearsing = policies()
+            fresh = run_committed(acting.generator, acting.tokenizer, episodes, cfg,
+                                  rehearsal=None if mode == "none" else mode, n=r.n,
+                                  rehearsal_generator=rehearsing.generator,
+                                  rehearsal_tokenizer=rehearsing.tokenizer, on_row=write)
+        for ep, row in zip(episodes, fresh):
+            have[(ep.task_id, ep.repeat)] = row
+        rows += [have[(tid, k)] for _, tid, k in keys]
+    if out is not None:
+        write_summary(Path(out), read_rows(results))
+    return rows
+
+
+def evaluate_suites(generator: Generator, tokenizer: Any, cfg: Config,
+                    suites: list[str] | None = None) -> list[dict[str, Any]]:
+    """Committed execution (``cfg.rehearsal.mode``) on ``cfg.eval``'s suites; see ``evaluate``."""
+    mode = cfg.rehearsal.mode
+    return evaluate((generator, tokenizer), suites or cfg.eval.suites,
+                    rehearsal=None if mode == "none" else mode, cfg=cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fig. 6: the rehearsal-budget sweep
+# ---------------------------------------------------------------------------------------------
+
+def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 2, 3),
+                 modes: tuple[str, ...] = MODES, baseline: bool = True,
+                 **kwargs: Any) -> list[dict[str, Any]]:
+    """Paper Fig. 6: evaluate every mode at every N (plus the Non-TTS baseline) in one call.
+
+    Args:
+        policy, suite: as in ``evaluate``; the policy is loaded once.
+        ns: the budgets N.
+        modes: rehearsal modes.
+        baseline: also run without rehearsal (a point with ``mode="none"``, ``n=0``).
+        **kwargs: passed to ``evaluate`` (``cfg``, ``limit``, ``rehearsal_policy``, ``out`` ...).
+
+    Returns:
+        One point per configuration: ``{"mode", "n", "overall", "tau2", "bfcl", "suites":
+        {suite: avg_at_k}, "episodes"}`` (``eval_figures.plot_budget_sweep`` draws them).
+    """
+    cfg = kwargs.pop("cfg", "laptop")
+    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    acting = as_policy(policy, cfg, kwargs.get("seed", 0))
+    rspec = kwargs.pop("rehearsal_policy", None)
+    rspec = cfg.rehearsal.policy if rspec is None else rspec
+    if rspec not in (None, "") and not isinstance(rspec, Policy):  # load it once, not per run
+        rspec = as_policy(rspec, cfg, kwargs.get("seed", 0))
+    runs = ([("none", 0)] if baseline else []) + [(m, k) for m in modes for k in ns]
+    points = []
+    for mode, k in runs:
+        rows = evaluate(acting, suite, None if mode == "none" else mode, n=k or None,
+                        rehearsal_policy=rspec or "", cfg=cfg, **kwargs)
+        points.append(sweep_point(mode, k, rows))
+    return points
+
+
+__all__ = [
+    "DECODING",
+    "Episode",
+    "Policy",
+    "as_policy",
+    "budget_sweep",
+    "check_out",
+    "config_differences",
+    "config_hash",
+    "evaluate",
+    "evaluate_suites",
+    "policy_label",
+    "read_rows",
+    "result_config",
+    "row_key",
+    "run_committed",
+    "save_config",
+]

@@ -1,0 +1,448 @@
+"""The rehearsal fidelity audit (docs/design.md, "Our additions beyond the paper"): does ô_t agree
+with the real o_t?
+
+The paper never measures how often REHEARSE's observations match what the real environment
+returns. Here, for held-out (test-split) pairs (h_t, a_t):
+
+1. **Pairs.** Two sources: ``gold`` (the benchmark's gold calls, replayed) and ``policy`` (the
+   policy's own committed runs, ``execute.run_committed``). Each source is a list of events
+   (an ACT reply with its calls, or a closing text), replayed on a **fresh** real env
+   (``replay``): the real o_t of every call is the env's answer at exactly the state that the
+   prefix built. Policy pairs compare the replayed o_t with the one seen in the run
+   (``replay_mismatches``; the adapters are deterministic, so it should be 0). h_t is the
+   conversation up to and including the ACT reply that holds a_t, as REHEARSE reads it.
+   Terminal pseudo-tools (telecom ``done``) are never rehearsed, so they make no pair.
+2. **Rehearse.** The policy writes ô_t with the REHEARSE prompt and grounding ``<unavailable>``
+   (docs/design.md, "Grounding"), all pairs in one batch, with the eval decoding.
+3. **Metrics** (``pair_metrics``, ``aggregate``):
+   - exact match: equal JSON values when both parse as JSON, else equal stripped text;
+   - JSON field precision and recall: both sides flattened to leaf fields (``fields``), a field
+     matches when path and value agree; micro-averaged over pairs;
+   - the error/no-error confusion matrix (real vs rehearsed ``Observation.error``);
+   - state-changing calls only: the rehearsal *claims* the change when it reports no error; the
+     real change is the adapter's ``state_changed`` (tau2: the DB hash moved);
+   - the REHEARSE parse rate (outputs with a proper ``<execution_result>`` block).
+4. **Grounded upper bound.** The same metrics on TRAIN-split gold pairs whose REHEARSE prompt
+   carries the task's grounding (the real results of its gold calls, as in training). The
+   grounding holds the answers, so this is only an upper bound, and it is labelled so.
+5. **Slices**: by tool, suite, source and task success (the replayed episode's reward == 1).
+
+Usage::
+
+    envace-lite fidelity --profile laptop --suite tau2-telecom --suite bfcl-base --limit 3
+    from envace_lite.pipelines.fidelity import audit
+    report = audit(("gen", "tok"), ["bfcl-base"], cfg, limit=2)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envace_lite import protocol
+from envace_lite.core.execute import run_committed
+from envace_lite.core.episode import Episode
+from envace_lite.config import Config, first_tasks
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.llm.generation import chat_ids, token_counter
+from envace_lite.progress import get_logger
+from envace_lite.core.rollout import rehearsal_observation
+from envace_lite.types import DECODING, Observation, ToolCall
+
+log = get_logger(__name__)
+
+UPPER_BOUND_LABEL = ("UPPER BOUND ONLY: train-split gold pairs whose REHEARSE prompt holds the "
+                     "task's grounding, i.e. the real results of its gold calls; not a fidelity "
+                     "estimate")
+SLICES = ("tool", "suite", "source", "task_success")
+
+
+@dataclass
+class Pair:
+    """One audited (h_t, a_t) with its real o_t and, once rehearsed, ô_t.
+
+    Attributes:
+        suite, task_id, source: where it comes from (``gold`` or ``policy``).
+        call: a_t.
+        history: h_t as plain messages (no system prompt), ending with the ACT reply.
+        tools: the tool schemas visible at that point.
+        real: o_t from the fresh-env replay.
+        state_changing: ``env.is_state_changing(call.name)``.
+        task_success: the replayed episode scored 1.0.
+        grounding: the task's grounding (train pairs of the upper bound), else None.
+        rehearsed: ô_t; parse_ok: the REHEARSE output had an ``<execution_result>`` block.
+    """
+
+    suite: str
+    task_id: str
+    source: str
+    call: ToolCall
+    history: list[dict[str, str]]
+    tools: list[dict[str, Any]]
+    real: Observation
+    state_changing: bool
+    task_success: bool = False
+    grounding: list[dict[str, Any]] | None = None
+    rehearsed: Observation | None = None
+    parse_ok: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Events and replays
+# ---------------------------------------------------------------------------------------------
+
+def gold_events(env: Any) -> list[dict[str, Any]]:
+    """The gold replay of ``env``'s task as events (what ``envs.replay_gold`` does)."""
+    events: list[dict[str, Any]] = []
+    for turn in env.gold_turns():
+        for step in turn.steps:
+            if step:
+                events.append({"kind": "step", "calls": [c.to_dict() for c in step],
+                               "text": protocol.assistant_text(step)})
+        if turn.final_text is not None:
+            events.append({"kind": "end_turn", "text": turn.final_text})
+    return events
+
+
+def episode_events(ep: Episode) -> list[dict[str, Any]]:
+    """A committed episode's events, with the ACT reply text and the observations it saw."""
+    out = []
+    for ev in ep.events:
+        if ev["kind"] == "step":
+            out.append({"kind": "step", "calls": ev["calls"], "seen": ev["observations"],
+                        "text": ep.history[ev["history_len"] - 1]["content"]})
+        else:
+            out.append(dict(ev))
+    return out
+
+
+def replay(suite: str, task_id: str, events: list[dict[str, Any]], source: str,
+           grounding: list[dict[str, Any]] | None = None) -> tuple[list[Pair], float, int]:
+    """Replay ``events`` on a fresh env; one ``Pair`` per executed non-terminal call.
+
+    Returns:
+        ``(pairs, reward, mismatches)``: the replay's benchmark reward, and how many replayed
+        observations differ from the ``seen`` ones recorded in the events (policy runs).
+    """
+    env = make_env(suite, task_id)
+    try:
+        messages = env.reset()
+        history = [{"role": m["role"], "content": m["content"]}
+                   for m in messages if m["role"] != "system"]
+        pairs, mismatches = [], 0
+        for ev in events:
+            if env.done:
+                break
+            if ev["kind"] == "end_turn":
+                history.append({"role": "assistant", "content": ev["text"]})
+                history += [{"role": m["role"], "content": m["content"]}
+                            for m in env.end_turn(ev["text"]) or []]
+                continue
+            calls = [ToolCall(c["name"], dict(c.get("arguments") or {}),
+                              list(c.get("violations") or []), c.get("call_id", ""))
+                     for c in ev["calls"]]
+            tools = env.tool_schemas()
+            history.append({"role": "assistant", "content": ev["text"]})
+            h = list(history)
+            observations = env.step(calls)
+            for k, (c, o) in enumerate(zip(calls, observations)):
+                seen = ev.get("seen")
+                if seen is not None and k < len(seen) and seen[k]["content"] != o.content:
+                    mismatches += 1
+                if c.name in env.terminal_tools:
+                    continue
+                pairs.append(Pair(suite, task_id, source, c, h, tools, o,
+                                  env.is_state_changing(c.name), grounding=grounding))
+            if not env.done:
+                history.append(protocol.tool_response_message(observations))
+        reward, _ = env.score()
+    finally:
+        env.close()
+    for p in pairs:
+        p.task_success = reward == 1.0
+    return pairs, float(reward), mismatches
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+def _json(content: str) -> tuple[bool, Any]:
+    try:
+        return True, json.loads(content)
+    except (ValueError, TypeError, RecursionError):
+        return False, None
+
+
+def fields(content: str) -> dict[str, str]:
+    """Leaf fields of an observation: ``{path: JSON-encoded value}``.
+
+    Objects give ``a.b`` paths, arrays ``a[0]``; an empty object or array is one leaf. A JSON
+    scalar, or non-JSON text, is the single field ``$`` (its stripped text).
+    """
+    ok, value = _json(content)
+    if not ok or not isinstance(value, (dict, list)):
+        return {"$": content.strip() if not ok else json.dumps(value, sort_keys=True)}
+    out: dict[str, str] = {}
+
+    def walk(v: Any, path: str) -> None:
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                walk(x, f"{path}.{k}" if path else str(k))
+        elif isinstance(v, list) and v:
+            for i, x in enumerate(v):
+                walk(x, f"{path}[{i}]")
+        else:
+            out[path or "$"] = json.dumps(v, sort_keys=True)
+
+    walk(value, "")
+    return out
+
+
+def exact_match(rehearsed: str, real: str) -> bool:
+    """Equal JSON values when both sides are JSON, else equal stripped text."""
+    ok_a, a = _json(rehearsed)
+    ok_b, b = _json(real)
+    return a == b if ok_a and ok_b else rehearsed.strip() == real.strip()
+
+
+def pair_metrics(rehearsed: Observation, real: Observation, state_changing: bool) -> dict:
+    """Per-pair numbers: ``exact``, ``matched``/``n_rehearsed``/``n_real`` fields, ``keys`` (each
+    top-level scalar field of the real JSON object: did the rehearsal give it the same value?
+    e.g. an order's ``status``, the hidden state a drill's rule turns on), the two error flags,
+    and (state-changing calls) ``claimed_change`` and ``real_change``."""
+    fr, fo = fields(rehearsed.content), fields(real.content)
+    m = {"exact": exact_match(rehearsed.content, real.content),
+         "matched": sum(1 for k, v in fr.items() if fo.get(k) == v),
+         "keys": {k: fr.get(k) == v for k, v in fo.items()
+                  if k != "$" and "." not in k and "[" not in k},
+         "n_rehearsed": len(fr), "n_real": len(fo),
+         "rehearsed_error": bool(rehearsed.error), "real_error": bool(real.error)}
+    if state_changing:
+        m["claimed_change"], m["real_change"] = not rehearsed.error, bool(real.state_changed)
+    return m
+
+
+def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Audit metrics over per-pair records (``pair_metrics`` plus ``parse_ok``).
+
+    Returns:
+        ``{"pairs", "exact_match", "field_precision", "field_recall", "key_recall",
+        "error_agreement", "confusion": {"real_error": {"rehearsed_error", "rehearsed_ok"},
+        "real_ok": {...}}, "state_change": {"pairs", "agreement", "claimed_and_real",
+        "claimed_not_real", "real_not_claimed", "neither"}, "parse_rate"}``; rates are None over
+        zero pairs. ``key_recall`` maps each top-level key to the share of the pairs whose real
+        object has it where the rehearsal gave the same value.
+    """
+    n = len(records)
+
+    def rate(num: float, den: float) -> float | None:
+        return num / den if den else None
+
+    conf = {"real_error": {"rehearsed_error": 0, "rehearsed_ok": 0},
+            "real_ok": {"rehearsed_error": 0, "rehearsed_ok": 0}}
+    for r in records:
+        conf["real_error" if r["real_error"] else "real_ok"][
+            "rehearsed_error" if r["rehearsed_error"] else "rehearsed_ok"] += 1
+    writes = [r for r in records if "claimed_change" in r]
+    sc = {"pairs": len(writes),
+          "claimed_and_real": sum(r["claimed_change"] and r["real_change"] for r in writes),
+          "claimed_not_real": sum(r["claimed_change"] and not r["real_change"] for r in writes),
+          "real_not_claimed": sum(r["real_change"] and not r["claimed_change"] for r in writes),
+          "neither": sum(not r["claimed_change"] and not r["real_change"] for r in writes)}
+    sc["agreement"] = rate(sc["claimed_and_real"] + sc["neither"], len(writes))
+    return {
+        "pairs": n,
+        "exact_match": rate(sum(r["exact"] for r in records), n),
+        "field_precision": rate(sum(r["matched"] for r in records),
+                                sum(r["n_rehearsed"] for r in records)),
+        "field_recall": rate(sum(r["matched"] for r in records), sum(r["n_real"] for r in records)),
+        "error_agreement": rate(conf["real_error"]["rehearsed_error"]
+                                + conf["real_ok"]["rehearsed_ok"], n),
+        "key_recall": {k: rate(sum(r["keys"][k] for r in records if k in r.get("keys", {})),
+                                sum(k in r.get("keys", {}) for r in records))
+                       for k in sorted({k for r in records for k in r.get("keys", {})})},
+        "confusion": conf, "state_change": sc,
+        "parse_rate": rate(sum(r.get("parse_ok", False) for r in records), n),
+    }
+
+
+def sliced(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``aggregate`` per value of each key in ``SLICES``."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in SLICES:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in records:
+            groups.setdefault(str(r[key]), []).append(r)
+        out[key] = {v: aggregate(g) for v, g in sorted(groups.items())}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit
+# ---------------------------------------------------------------------------------------------
+
+def rehearse_pairs(pairs: list[Pair], generator: Any, tokenizer: Any, cfg: Config) -> None:
+    """Write ô_t for every pair in one batch (grounding: the pair's, else ``<unavailable>``)."""
+    if not pairs:
+        return
+    rc = cfg.rollout
+    count = token_counter(tokenizer)
+    prompt_ids = [chat_ids(tokenizer, protocol.rehearse_messages(
+        p.tools, p.grounding, p.history, p.call, count, rc.max_prompt_tokens,
+        rc.rendering).messages) for p in pairs]
+    temperature, top_p = DECODING[cfg.eval.decoding]
+    outs = generator.generate(prompt_ids, role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
+                              temperature=temperature, top_p=top_p)
+    for p, out in zip(pairs, outs):
+        p.rehearsed, parsed = rehearsal_observation(out.text)
+        p.parse_ok = parsed.ok
+        p.metrics = pair_metrics(p.rehearsed, p.real, p.state_changing)
+
+
+def record(p: Pair) -> dict[str, Any]:
+    """A JSON-serialisable per-pair record (the slices' keys and the metrics)."""
+    return {"suite": p.suite, "task_id": p.task_id, "source": p.source, "tool": p.call.name,
+            "task_success": "success" if p.task_success else "failure",
+            "state_changing": p.state_changing, "parse_ok": p.parse_ok,
+            "real": p.real.content[:300], "rehearsed": (p.rehearsed.content if p.rehearsed
+                                                        else "")[:300], **p.metrics}
+
+
+def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str, ...],
+                  policy: tuple[Any, Any] | None = None, cfg: Config | None = None,
+                  grounded: bool = False,
+                  exclude: frozenset[str] = frozenset()) -> tuple[list[Pair], int]:
+    """Pairs of the first ``limit`` tasks of each suite's ``split``, from each source.
+
+    ``policy`` source: committed runs of ``policy = (generator, tokenizer)`` under ``cfg``.
+    ``grounded``: attach each task's grounding (``tasks.load_tasks``) to its gold pairs.
+    ``exclude``: task ids passed over before the first ``limit`` are taken.
+    Returns ``(pairs, replay_mismatches)``. ``limit`` 0 means every task.
+
+    Raises:
+        ConfigError: a negative ``limit``, before any env or model runs.
+    """
+    first_tasks([], limit)
+    pairs, mismatches = [], 0
+    for suite in suites:
+        ids = first_tasks([i for i in list_tasks(suite, split) if i not in exclude], limit)
+        if "gold" in sources:
+            ground = {}
+            if grounded:
+                from envace_lite.envs.tasks import load_tasks
+
+                ground = {t.id: [g for turn in t.grounding for g in turn]
+                          for t in load_tasks(suite, split, limit=0 if exclude else limit)
+                          if t.id in ids}
+            for tid in ids:
+                env = make_env(suite, tid)
+                events = gold_events(env)
+                env.close()
+                got, _, _ = replay(suite, tid, events, "gold", ground.get(tid))
+                pairs += got
+        if "policy" in sources:
+            if policy is None or cfg is None:
+                raise ValueError("the policy source needs policy=(generator, tokenizer) and cfg")
+            episodes = []
+            for tid in ids:
+                env = make_env(suite, tid)
+                episodes.append(Episode(suite, tid, 0, env, env.reset()))
+            run_committed(policy[0], policy[1], episodes, cfg)
+            for ep in episodes:
+                got, _, bad = replay(suite, ep.task_id, episode_events(ep), "policy")
+                pairs += got
+                mismatches += bad
+    return pairs, mismatches
+
+
+def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 3,
+          sources: tuple[str, ...] = ("gold", "policy"), upper_bound: bool = True,
+          out: str | Path | None = None) -> dict[str, Any]:
+    """The fidelity audit of ``policy = (generator, tokenizer)`` on held-out pairs.
+
+    Args:
+        policy: the rehearsing (and, for the ``policy`` source, acting) policy.
+        suites: suites (tau2 telecom / ``-ticket`` suites and BFCL; the USER-endpoint suites
+            cannot be replayed without their simulator).
+        cfg: run config (rendering, budgets, ``eval.decoding`` and ``eval.max_turns``).
+        limit: tasks per suite and split (0 = all; negative: ``ConfigError``).
+        sources: ``gold`` and/or ``policy`` (held-out pairs, test split).
+        upper_bound: also run the grounded upper bound on train-split gold pairs, and the same
+            pairs again with ``<unavailable>`` in place of the grounding, so that the difference
+            is what REHEARSE takes from the real results in its prompt. It passes over the
+            tasks whose grounded REHEARSE rows the warm start trained on
+            (``cfg.warmstart.world_rows``: ``world_rows.world_tasks``), so that it measures
+            the reuse of a reference, not the recall of a trained record.
+        out: a folder for ``fidelity.json`` and ``fidelity.png``.
+
+    Returns:
+        ``{"held_out": {"grounding": "none", "overall", "slices"}, "grounded_upper_bound":
+        {"label", "grounding": "gold", "excluded_world_tasks", "overall", "slices",
+        "same_pairs_without_grounding"} | None, "replay_mismatches",
+        "records", "config"}``.
+    """
+    gen, tok = policy
+    pairs, mismatches = collect_pairs(suites, "test", limit, sources, policy, cfg)
+    rehearse_pairs(pairs, gen, tok, cfg)
+    records = [record(p) for p in pairs]
+    report: dict[str, Any] = {
+        "config": {"suites": suites, "limit": limit, "sources": list(sources), "split": "test",
+                   "decoding": cfg.eval.decoding, "rendering": cfg.rollout.rendering},
+        "held_out": {"grounding": "none", "overall": aggregate(records),
+                     "slices": sliced(records)},
+        "grounded_upper_bound": None, "replay_mismatches": mismatches, "records": records}
+    if upper_bound:
+        from envace_lite.core.world_rows import world_tasks
+
+        seen = frozenset(t.id for t in world_tasks(cfg))
+        train, _ = collect_pairs(suites, "train", limit, ("gold",), grounded=True, exclude=seen)
+        bare = [replace(p, grounding=None) for p in train]
+        rehearse_pairs(train, gen, tok, cfg)
+        rehearse_pairs(bare, gen, tok, cfg)
+        recs = [record(p) for p in train]
+        report["grounded_upper_bound"] = {
+            "label": UPPER_BOUND_LABEL, "grounding": "gold", "excluded_world_tasks": len(seen),
+            "overall": aggregate(recs), "slices": sliced(recs),
+            # the same pairs with <unavailable>: what the grounding itself adds
+            "same_pairs_without_grounding": aggregate([record(p) for p in bare])}
+    log.info("fidelity: %d held-out pairs, exact %.3f; replay mismatches %d", len(records),
+             report["held_out"]["overall"]["exact_match"] or 0.0, mismatches)
+    if out is not None:
+        write_report(report, Path(out))
+    return report
+
+
+def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """``out/fidelity.json`` and ``out/fidelity.png`` (``eval_figures.plot_fidelity``)."""
+    from envace_lite.course.eval_figures import plot_fidelity
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "fidelity.json"
+    path.write_text(json.dumps(report, indent=1))
+    fig = plot_fidelity(report)
+    png = out / "fidelity.png"
+    fig.savefig(png, dpi=120)
+    return path, png
+
+
+__all__ = [
+    "SLICES",
+    "UPPER_BOUND_LABEL",
+    "Pair",
+    "aggregate",
+    "audit",
+    "collect_pairs",
+    "episode_events",
+    "exact_match",
+    "fields",
+    "gold_events",
+    "pair_metrics",
+    "record",
+    "rehearse_pairs",
+    "replay",
+    "sliced",
+    "write_report",
+]
