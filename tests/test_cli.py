@@ -133,3 +133,75 @@ def test_command_names_and_their_order():
     assert list(group.commands["drills"].list_commands(None)) == [
         "generate", "show", "baselines", "report", "sweep"]
     assert list(group.commands["data"].list_commands(None)) == ["build", "card"]
+
+
+def _dead_url() -> str:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/v1"
+
+
+MISSING = "{tmp}/no-such-folder"
+BAD_INPUTS = [
+    (["eval", "--suite", "bfcl-base", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),
+    (["eval", "--suite", "bfcl-base", "--split", "tst"], "unknown split 'tst'"),
+    (["eval", "--suite", "tau2-retail"], "suite tau2-retail needs a USER endpoint"),
+    (["eval", "--suite", "tau2-retail", "--user-url", "localhost:8000"],
+     "--user-url 'localhost:8000': expected http(s)://"),
+    (["eval", "--suite", "tau2-retail", "--user-url", "{dead}"], "USER endpoint"),
+    (["eval", "--suite", "bfcl-base", "--checkpoint", MISSING], "the folder is absent"),
+    (["eval", "--suite", "bfcl-base", "--rehearsal", "parallel", "--rehearsal-checkpoint",
+      MISSING], "--rehearsal-checkpoint"),
+    (["eval", "--suite", "bfcl-base", "--rehearsal", "sideways"], "rehearsal.mode='sideways'"),
+    (["eval", "--suite", "bfcl-base", "--repeats", "0"], "eval.repeats=0"),
+    (["fidelity", "--source", "gld"], "--source 'gld': choose from ['gold', 'policy']"),
+    (["fidelity", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),
+    (["fidelity", "--suite", "tau2-retail"], "use tau2-retail-ticket"),
+    (["fidelity", "--checkpoint", MISSING], "the folder is absent"),
+    (["train", "--set", "grpo.act_only_baseline=trajectories"],
+     "grpo.act_only_baseline='trajectories' applies to the act_only modes only"),
+    (["train", "--set", f"model.checkpoint={MISSING}"], "model.checkpoint"),
+    (["train", "--steps", "-1"], "grpo.steps=-1"),
+    (["warmstart", "--set", f"model.checkpoint={MISSING}"], "the folder is absent"),
+    (["experiment", "--warmstart", MISSING], "--warmstart"),
+    (["data", "build", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),
+    (["data", "build", "--suite", "bfcl-base", "--split", "tst"], "unknown split 'tst'"),
+    (["data", "card", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),
+    (["drills", "report", "--run", MISSING], "--run"),
+    (["drills", "report", "--run", "{tmp}"], "holds no summary.json"),
+    (["drills", "sweep", "--baseline", MISSING, "--run", MISSING], "--baseline"),
+    (["check-benchmarks", "--suite", "bfcl-base", "--sample", "-1"], "--sample=-1"),
+    (["eval", "--suite", "bfcl-base", "--limit", "1"], "cannot create the run folder"),  # read-only
+    (["train"], "cannot create the run folder"),  # a runs folder that is a file
+]
+PROFILED = ("eval", "fidelity", "train", "warmstart", "experiment")
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS,
+                         ids=[f"{i}-{a[0]}" for i, (a, _) in enumerate(BAD_INPUTS)])
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, monkeypatch, args, message):
+    from envace_lite import models
+
+    def boom(*a, **k):
+        raise AssertionError("no model may load")
+
+    monkeypatch.setattr(models, "load_policy", boom)
+    runs = tmp_path / "runs"
+    if "cannot create" in message:  # a runs root no folder can be made under
+        runs.write_text("a file where the runs folder should be")
+    monkeypatch.setenv("ENVACE_RUNS", str(runs))
+    args = [a.format(tmp=tmp_path, dead=_dead_url()) for a in args]
+    if args[0] in PROFILED:
+        args = [args[0], "--profile", "smoke", *args[1:]]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stdout == "" and "Traceback" not in res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run folder left behind
+    assert not runs.is_dir()

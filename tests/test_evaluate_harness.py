@@ -129,7 +129,7 @@ def test_evaluate_rows_and_rerun_skips_done_rows(tok, tmp_path):
     assert summary["configs"]["parallel/N=1"]["episodes"] == 2
     assert summary["configs"]["parallel/N=1"]["share_rehearsed"] == 1.0
     assert summary["configs"]["parallel/N=1"]["share_real_call"] == 1.0
-    assert "| parallel/N=1 | 2 | 100.0 % | 100.0 % | 8 | 0 |" in summary["usage"]
+    assert "| parallel/N=1 | 2 | 0 | 100.0 % | 100.0 % | 8 | 0 |" in summary["usage"]
     # a rerun into the same folder skips both rows: the policy is never called
     pol2 = scripted_policy(tok)
     again = evaluate(pol2, "bfcl-base", rehearsal="parallel", n=1, repeats=2, decoding="sample",

@@ -74,6 +74,10 @@ def test_every_mode_trains_its_roles(tmp_path, mode):
     init = load_policy(cfg)[0].state_dict()
     ckpt = last_checkpoint(run)
     assert ckpt is not None and ckpt.name == "checkpoint-3"
+    record = json.loads((ckpt / "envace_checkpoint.json").read_text())  # what it was trained under
+    assert (record["profile"], record["model.kind"]) == ("smoke", "tiny")
+    assert record["tokenizer"]["vocab_size"] == len(tok.get_vocab())
+    assert not (run / ".envace.lock").exists()  # released when training ends
     act = weights(ckpt / "model.safetensors")
     assert changed(act, init)
     if mode == "per_role":

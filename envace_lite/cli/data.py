@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import typer
 
-from envace_lite.cli.errors import drill_errors, user_errors
+from envace_lite.cli.errors import drill_errors, existing_folder, user_errors
 from envace_lite.config import ConfigError, first_tasks
 from envace_lite.progress import progress
 
@@ -54,7 +55,7 @@ def check_benchmarks(
     from envace_lite.envs import list_tasks, make_env, replay_gold
 
     if sample < 0:
-        raise typer.BadParameter(f"--sample {sample}: use 0 (all) or a positive count")
+        raise ConfigError(f"--sample={sample}: expected int >= 0 (0 = all tasks)")
     try:  # every suite's ids before any replay: an unknown suite or split is refused first
         ids_of = {s: list_tasks(s, split) for s in suite}
     except KeyError as e:
@@ -118,8 +119,6 @@ def drills_generate(
 ) -> None:
     """Generate drills from tau2's real database; prints counts and skipped drills per reason."""
     from dataclasses import asdict
-    from pathlib import Path
-
     from envace_lite.drills.generate import generate, skipped_by_reason
 
     gen = generate(domain, seed, tiers=tier or None, count=count)
@@ -158,8 +157,6 @@ def drills_baselines(
 ) -> None:
     """Score the scripted baselines (do nothing, always refuse, always write, guess the
     commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
-    from pathlib import Path
-
     from envace_lite.envs import make_env
     from envace_lite.drills.baselines import BASELINES, baseline_turns, play
     from envace_lite.drills.suite import task_ids
@@ -204,10 +201,14 @@ def drills_report(
 ) -> None:
     """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
     control runs (``grpo.reward_control=shuffle``), real − control on the same warm starts."""
-    from pathlib import Path
-
     from envace_lite.drills.report import figure, report
 
+    for name, folders in (("--run", run), ("--control", control)):
+        for folder in folders:  # finished experiment folders, before any report
+            existing_folder(folder, name, "summary.json")
+            if "points" not in json.loads((Path(folder) / "summary.json").read_text()):
+                raise ConfigError(f"{name} {folder}: its summary.json holds no held-out points "
+                                  "(pass a folder written by envace-lite experiment)")
     rep = report(run, control, None if step < 0 else step)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -237,10 +238,11 @@ def drills_sweep(
     out: str = typer.Option("", help="write sweep.json here"),
 ) -> None:
     """Private rehearsal on the drills: success and failed real calls vs N = 0, paired CIs."""
-    from pathlib import Path
-
     from envace_lite.drills.report import sweep
 
+    existing_folder(baseline, "--baseline", "results.jsonl")
+    for folder in run:
+        existing_folder(folder, "--run", "results.jsonl")
     table = sweep(baseline, run)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -268,8 +270,14 @@ def data_build(
     rebuild: bool = typer.Option(False, help="ignore the cache"),
 ) -> None:
     """Build (or load) the derived tasks: checklists and grounding from real gold replays."""
+    from envace_lite.envs import list_tasks
     from envace_lite.envs.tasks import load_tasks
 
+    try:  # every suite and the split before any build
+        for s in suite:
+            list_tasks(s, split)
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
     for s in suite:
         splits = ("train", "test") if split == "all" else (split,)
         for sp in splits:
@@ -284,11 +292,16 @@ def data_card_cmd(
     suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
 ) -> None:
     """Write ``data/card.json`` with counts, fingerprints and flagged gold calls."""
+    from envace_lite.envs import BFCL_SUITES, DRILL_SUITES, list_tasks
     from envace_lite.envs.tasks import write_data_card
-    from envace_lite.envs import BFCL_SUITES, DRILL_SUITES
 
     suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES,
                        *DRILL_SUITES]
+    try:  # every suite before any work
+        for s in suites:
+            list_tasks(s, "all")
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
     typer.echo(f"wrote {write_data_card(suites)}")
 
 

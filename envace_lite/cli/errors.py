@@ -7,10 +7,12 @@ loaded; a judge that does not answer exits 1 the same way; ``envace-lite --debug
 from __future__ import annotations
 
 import functools
+from pathlib import Path
+from typing import Any
 
 import typer
 
-from envace_lite.config import ConfigError
+from envace_lite.config import Config, ConfigError, get_config
 
 STATE = {"debug": False}
 """``debug``: the root ``--debug`` flag of the running command."""
@@ -57,4 +59,86 @@ def drill_errors(fn):
     return wrapper
 
 
-__all__ = ["STATE", "drill_errors", "user_errors"]
+# ---------------------------------------------------------------------------------------------
+# Checks every command runs before any work or run folder
+# ---------------------------------------------------------------------------------------------
+def config_for(profile: str, overrides: dict[str, Any]) -> Config:
+    """``get_config(profile, overrides)``, with an invalid combination (``Config.finalize``'s
+    ``ValueError``, e.g. ``grpo.act_only_baseline`` outside the act_only modes) as a
+    ``ConfigError``: one line at the CLI."""
+    try:
+        return get_config(profile, overrides)
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
+
+
+def existing_folder(path: str | Path, name: str, holds: str = "") -> Path:
+    """``path`` as a ``Path`` when it is a folder (holding ``holds``, when given).
+
+    Raises:
+        ConfigError: the folder is absent, or lacks ``holds`` (one line naming the option).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ConfigError(f"{name} {path}: the folder is absent")
+    if holds and not (folder / holds).exists():
+        raise ConfigError(f"{name} {path}: the folder holds no {holds}")
+    return folder
+
+
+def checkpoint_option(path: str, cfg: Config, name: str, allow_mismatch: bool = False) -> None:
+    """Check a checkpoint option before any work: the folder exists and was trained under
+    ``cfg``'s profile and model (``paths.check_checkpoint``); ``""`` and ``base`` pass.
+
+    Raises:
+        ConfigError: the folder is absent, or trained under another profile or model (unless
+            ``allow_mismatch``).
+    """
+    from envace_lite.paths import check_checkpoint
+
+    if path and path != "base":
+        check_checkpoint(path, cfg, allow_mismatch, name)
+
+
+def make_run_folder(out: str, command: str, profile: str, seed: int, root: str) -> Path:
+    """The run folder: ``out`` (created when absent), or a new
+    ``runs/<command>/<profile>__s<seed>__<time>/`` (``paths.new_run_dir``). Call it after every
+    other check, so that a refused command leaves no folder behind.
+
+    Raises:
+        ConfigError: the folder cannot be created (a read-only runs folder, a file in the way).
+    """
+    from envace_lite.paths import new_run_dir
+
+    try:
+        if out:
+            folder = Path(out)
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder
+        return new_run_dir(command, profile, seed, root)
+    except OSError as e:
+        import os
+
+        where = out or f"under {os.environ.get('ENVACE_RUNS') or root}"
+        raise ConfigError(f"cannot create the run folder {where}: {e.strerror or e}") from None
+
+
+def probe_user(url: str, model: str) -> None:
+    """One small chat completion to a USER endpoint, before any episode.
+
+    Raises:
+        ConfigError: the endpoint does not answer (names the URL).
+    """
+    from envace_lite.llm.endpoints import EndpointError, chat_completion
+
+    try:
+        chat_completion(url, model, [{"role": "user", "content": "ping"}], timeout=10.0)
+    except EndpointError as e:
+        raise ConfigError(f"the USER endpoint --user-url {url} does not answer ({e}); start "
+                          "it, or use the -ticket suites") from None
+
+
+__all__ = ["STATE", "checkpoint_option", "config_for", "drill_errors", "existing_folder",
+           "make_run_folder", "probe_user", "user_errors"]

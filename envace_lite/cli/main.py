@@ -34,7 +34,15 @@ from typing import Any
 import typer
 
 from envace_lite.cli.data import check_benchmarks, data_app, drills_app
-from envace_lite.cli.errors import STATE, user_errors
+from envace_lite.cli.errors import (
+    STATE,
+    checkpoint_option,
+    config_for,
+    existing_folder,
+    make_run_folder,
+    probe_user,
+    user_errors,
+)
 from envace_lite.config import (
     Config,
     ConfigError,
@@ -140,24 +148,37 @@ def eval_cmd(
     force_new_config: bool = typer.Option(
         False, help="accept an --out holding rows of another config: this config's rows are "
         "added beside them, under their own config hash (config.json is kept)"),
+    allow_profile_mismatch: bool = typer.Option(
+        False, help="evaluate a checkpoint trained under another profile or model (refused "
+        "otherwise)"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Committed execution, optionally after private rehearsal; writes results.jsonl,
-    summary.json and results.md, and prints the per-task table and the Table 3-shaped summary."""
-    from pathlib import Path
-
+    summary.json and results.md, and prints the per-task table and the Table 3-shaped summary.
+    Every option is checked before any run folder or model (suites, split, --user-url and its
+    endpoint, checkpoints, --out); an episode that ends in an error is counted apart and retried
+    by a rerun into the same --out."""
     from envace_lite.pipelines.evaluate import (
+        USER_SUITES,
         as_policy,
         budget_sweep,
         check_out,
+        check_suites,
         evaluate,
         policy_label,
         read_rows,
         result_config,
         save_config,
     )
-    from envace_lite.paths import new_run_dir
-    from envace_lite.pipelines.tables import format_table, summarize_runs, table3, usage_table, write_summary
+    from envace_lite.paths import run_folder_lock
+    from envace_lite.pipelines.tables import (
+        format_table,
+        is_error,
+        summarize_runs,
+        table3,
+        usage_table,
+        write_summary,
+    )
 
     overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
                  **parse_overrides(set_)}
@@ -173,33 +194,48 @@ def eval_cmd(
         overrides["rehearsal.write_gate"] = True
     if user_url:
         overrides.update({"eval.user_url": user_url, "eval.user_model": user_model})
-    cfg = get_config(profile, overrides)
+    cfg = config_for(profile, overrides)
+    # every option before any run folder or model: all suites and the split, the USER URL,
+    # the checkpoints, and (last, one request) that the USER endpoint answers
+    suites = suite or cfg.eval.suites
+    check_suites(suites, cfg.eval.split, cfg.eval.user_url)
+    checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
+    if cfg.rehearsal.mode != "none" or sweep:
+        checkpoint_option(cfg.rehearsal.policy, cfg, "--rehearsal-checkpoint",
+                          allow_profile_mismatch)
+    if cfg.eval.user_url and any(s in USER_SUITES for s in suites):
+        probe_user(cfg.eval.user_url, cfg.eval.user_model)
     if out:  # an --out of another config is refused before anything is written into it
         mode = cfg.rehearsal.mode
         label = policy_label("", cfg)
         check_out(out, result_config(cfg, label, "" if mode == "none" else policy_label(
             cfg.rehearsal.policy or "", cfg), mode, cfg.rehearsal.n if mode != "none" else 0,
             seed), force=force_new_config)
-    run_dir = Path(out) if out else new_run_dir("eval", profile, seed, cfg.run.runs_root)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(run_dir, cfg)
-    start = time.perf_counter()
-    suites = suite or cfg.eval.suites
-    if sweep:
-        from envace_lite.course.eval_figures import plot_budget_sweep
+    run_dir = make_run_folder(out, "eval", profile, seed, cfg.run.runs_root)
+    with run_folder_lock(run_dir, "eval"):
+        save_config(run_dir, cfg)
+        start = time.perf_counter()
+        if sweep:
+            from envace_lite.course.eval_figures import plot_budget_sweep
 
-        points = budget_sweep(as_policy("", cfg, seed), suites, cfg=cfg, out=run_dir, seed=seed,
-                              force_new_config=force_new_config)
-        (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
-        plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
-    else:
-        evaluate("", suites, cfg.rehearsal.mode, cfg=cfg, out=run_dir, seed=seed,
-                 force_new_config=force_new_config)
-    rows = read_rows(run_dir / "results.jsonl")
-    write_summary(run_dir, rows)
+            points = budget_sweep(as_policy("", cfg, seed, allow_profile_mismatch), suites,
+                                  cfg=cfg, out=run_dir, seed=seed,
+                                  force_new_config=force_new_config,
+                                  allow_profile_mismatch=allow_profile_mismatch)
+            (run_dir / "sweep.json").write_text(json.dumps(points, indent=1))
+            plot_budget_sweep(points).savefig(run_dir / "sweep.png", dpi=120)
+        else:
+            evaluate("", suites, cfg.rehearsal.mode, cfg=cfg, out=run_dir, seed=seed,
+                     force_new_config=force_new_config,
+                     allow_profile_mismatch=allow_profile_mismatch)
+        rows = read_rows(run_dir / "results.jsonl")
+        write_summary(run_dir, rows)
     typer.echo(format_table(rows))
     summaries = summarize_runs(rows)
     typer.echo("\n" + table3(summaries) + "\n\n" + usage_table(summaries))
+    if errors := sum(is_error(r) for r in rows):
+        typer.echo(f"\n{errors} episode(s) ended in an error (not counted in pass@k); a rerun "
+                   f"into --out {run_dir} retries them")
     typer.echo(f"\nwall time {time.perf_counter() - start:.1f} s; results in {run_dir}")
 
 
@@ -216,26 +252,28 @@ def fidelity_cmd(
     seed: int = typer.Option(0, help="run seed"),
     out: str = typer.Option("", help="output folder ('' = runs/fidelity/<profile>__s<seed>__"
                             "<time>/)"),
+    allow_profile_mismatch: bool = typer.Option(
+        False, help="audit a checkpoint trained under another profile or model"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """The rehearsal fidelity audit: REHEARSE's ô_t vs the real o_t on held-out pairs; writes
     fidelity.json and fidelity.png."""
-    from pathlib import Path
-
-    from envace_lite.pipelines.evaluate import as_policy
-    from envace_lite.pipelines.fidelity import audit
-    from envace_lite.paths import new_run_dir
+    from envace_lite.pipelines.evaluate import as_policy, check_suites
+    from envace_lite.pipelines.fidelity import SOURCES, audit
 
     first_tasks([], limit, "--limit")  # before any run dir or model
+    if bad := [x for x in source if x not in SOURCES]:
+        raise ConfigError(f"--source {bad[0]!r}: choose from {list(SOURCES)}")
     overrides = {"run.seed": seed, **parse_overrides(set_)}
     if checkpoint:
         overrides["model.checkpoint"] = checkpoint
-    cfg = get_config(profile, overrides)
-    run_dir = Path(out) if out else new_run_dir("fidelity", profile, seed, cfg.run.runs_root)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = config_for(profile, overrides)
+    check_suites(list(suite), "all", None)
+    checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
+    run_dir = make_run_folder(out, "fidelity", profile, seed, cfg.run.runs_root)
     cfg.save(run_dir)
     start = time.perf_counter()
-    policy = as_policy("", cfg, seed)
+    policy = as_policy("", cfg, seed, allow_profile_mismatch)
     report = audit((policy.generator, policy.tokenizer), list(suite), cfg, limit=limit,
                    sources=tuple(source), upper_bound=upper_bound, out=run_dir)
     held, ub = report["held_out"]["overall"], report["grounded_upper_bound"]
@@ -262,16 +300,23 @@ def train_cmd(
                                              "group.field: value, applied in order (e.g. scaled/"
                                              "overrides/reference.yaml); --set, --mode, --steps "
                                              "win over them"),
+    allow_profile_mismatch: bool = typer.Option(
+        False, help="start from a model.checkpoint trained under another profile or model"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
-    """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint."""
+    """Role-wise GRPO training; resumes ``--run-dir`` from its last checkpoint (refused under
+    settings that change results: the folder's config.json names them)."""
     from envace_lite.pipelines.train import train
 
     flags = {"grpo.mode": mode, "grpo.steps": steps}
-    cfg = resolve_config(profile, overrides_file, set_, extra={"run.seed": seed},
-                         final={k: v for k, v in flags.items() if v is not None})
+    try:
+        cfg = resolve_config(profile, overrides_file, set_, extra={"run.seed": seed},
+                             final={k: v for k, v in flags.items() if v is not None})
+    except ValueError as e:  # an invalid combination (Config.finalize): one line
+        raise e if isinstance(e, ConfigError) else ConfigError(str(e)) from None
+    checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint", allow_profile_mismatch)
     start = time.perf_counter()
-    out = train(cfg, run_dir or None)
+    out = train(cfg, run_dir or None)  # it checks the rest before it makes the run folder
     typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
                f"{time.perf_counter() - start:.1f} s; run in {out}")
 
@@ -288,9 +333,11 @@ def warmstart_cmd(
     """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
     from envace_lite.pipelines.sft import CHECKPOINT, warmstart
 
-    cfg = get_config(profile, {"run.seed": seed, **parse_overrides(set_)})
+    cfg = config_for(profile, {"run.seed": seed, **parse_overrides(set_)})
+    checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
+    folder = make_run_folder(run_dir, "warmstart", cfg.profile, seed, cfg.run.runs_root)
     start = time.perf_counter()
-    out = warmstart(cfg, run_dir or None, measure=measure)
+    out = warmstart(cfg, folder, measure=measure)
     summary = json.loads((out / "summary.json").read_text())
     for key in ("first_turn_before", "first_turn_after"):
         if key in summary:
@@ -321,8 +368,9 @@ def experiment_cmd(
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Warm start → held-out check → role-wise GRPO → held-out checks (``pipelines/learning_curve.py``)."""
+    from pathlib import Path
+
     from envace_lite.pipelines.learning_curve import run_experiment
-    from envace_lite.paths import new_run_dir
 
     if eval_limit is not None:  # before any run dir
         first_tasks([], eval_limit, "--eval-limit")
@@ -332,8 +380,18 @@ def experiment_cmd(
         overrides["grpo.mode"] = mode
     if steps is not None:
         overrides["grpo.steps"] = steps
-    cfg = get_config(profile, overrides)
-    folder = out or new_run_dir("experiment", cfg.profile, seed, cfg.run.runs_root)
+    cfg = config_for(profile, overrides)
+    checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
+    if warmstart_dir:
+        from envace_lite.pipelines.sft import CHECKPOINT
+
+        existing_folder(warmstart_dir, "--warmstart", CHECKPOINT)
+        checkpoint_option(str(Path(warmstart_dir) / CHECKPOINT), cfg, "--warmstart")
+    if out:  # a rerun under settings that change results: refused before anything is written
+        from envace_lite.pipelines.train import RESUME_FREE, check_resume_config
+
+        check_resume_config(out, cfg, RESUME_FREE + ("model.checkpoint",), ())
+    folder = make_run_folder(out, "experiment", cfg.profile, seed, cfg.run.runs_root)
     s = run_experiment(cfg, folder, warmstart_dir=warmstart_dir or None,
                        heldout_every=heldout_every, eval_limit=eval_limit,
                        fidelity_limit=fidelity_limit, before_sft=before_sft)

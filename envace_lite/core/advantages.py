@@ -17,13 +17,17 @@ This module is the algorithm, as tensors; ``grpo.py`` is how TRL's trainer runs 
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
 
+from envace_lite.progress import get_logger
 from envace_lite.types import AGGREGATIONS, ROLES, Trajectory
+
+log = get_logger(__name__)
 
 
 def rolewise_advantages(rewards: torch.Tensor | Sequence[float], task_ids: Sequence[Hashable],
@@ -94,14 +98,23 @@ def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
     Returns:
         ``(rewards (N,), task_ids N × (suite, id), roles N, valid (N,) bool)``. ``valid`` is
         ``rewards.output_valid``: False for every output of a judge-failed trajectory (reward 0
-        placeholder) and for REHEARSE outputs of the frozen simulator.
+        placeholder) and for REHEARSE outputs of the frozen simulator. A trajectory whose reward
+        is NaN or infinite (set by anything but ``score_trajectories``, which refuses one) is
+        masked the same way, with a logged error: a NaN in a group would make every advantage
+        of the group NaN.
     """
     from envace_lite.core.rewards import output_rewards, output_valid
 
     rewards, task_ids, roles, valid = [], [], [], []
     for traj in trajs:
-        rewards += output_rewards(traj, penalty)
-        valid += output_valid(traj)
+        if traj.reward_valid and traj.reward is not None and not math.isfinite(traj.reward):
+            log.error("%s #%d: non-finite reward %r; its outputs are masked (zero advantage, "
+                      "out of the loss)", traj.task.id, traj.index, traj.reward)
+            rewards += [0.0] * len(traj.outputs)
+            valid += [False] * len(traj.outputs)
+        else:
+            rewards += output_rewards(traj, penalty)
+            valid += output_valid(traj)
         task_ids += [(traj.task.suite, traj.task.id)] * len(traj.outputs)
         roles += [o.role for o in traj.outputs]
     return (torch.tensor(rewards, dtype=torch.float32), task_ids, roles,
@@ -119,7 +132,8 @@ def output_trajectories(trajs: Sequence[Trajectory]) -> tuple[list[tuple[str, st
     for traj in trajs:
         n = len(traj.outputs)
         keys += [(traj.task.suite, traj.task.id, traj.index)] * n
-        returns += [float(traj.reward or 0.0)] * n
+        r = float(traj.reward or 0.0)
+        returns += [r if math.isfinite(r) else 0.0] * n  # flatten_outputs masks it anyway
     return keys, torch.tensor(returns, dtype=torch.float32)
 
 

@@ -48,6 +48,7 @@ Usage::
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from envace_lite.envs.tasks import normalize
@@ -190,6 +191,10 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
         judge: ``"rule"`` (``checklist_reward``), ``"verifiable"`` (``env.score()``, real mode)
             or an ``LLMJudge`` (any callable ``traj -> (R, details)``).
 
+    A judge that raises, or returns a NaN or infinite reward (refused, logged as an error),
+    leaves the trajectory masked: ``reward`` None, ``reward_valid`` False, ``judge_error`` in
+    its details; its outputs then take no part in any baseline or the loss (``output_valid``).
+
     Returns:
         ``{"n", "invalid", "reward_mean"}`` (the mean over valid trajectories; None if none).
     """
@@ -210,6 +215,13 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
             t.reward, t.reward_valid, t.reward_details = float(reward), True, details
         except Exception as e:  # noqa: BLE001 (a failed judge masks the trajectory, never crashes)
             t.reward, t.reward_valid, t.reward_details = None, False, {"judge_error": repr(e)}
+        if t.reward_valid and not math.isfinite(t.reward):  # NaN would poison the group's mean
+            log.error("%s #%d: the judge returned a non-finite reward (%r); refused, the "
+                      "trajectory is masked from the baselines and the loss", t.task.id,
+                      t.index, t.reward)
+            t.reward_details = {**(t.reward_details or {}),
+                                "judge_error": f"non-finite reward {t.reward!r}"}
+            t.reward, t.reward_valid = None, False
         if not t.reward_valid:
             invalid += 1
             log.warning("%s #%d: judge failed, masked from the loss: %s", t.task.id, t.index,

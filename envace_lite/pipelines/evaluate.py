@@ -33,9 +33,9 @@ from envace_lite.core.episode import Episode
 from envace_lite.config import Config, get_config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import Generator
-from envace_lite.paths import read_jsonl
+from envace_lite.paths import append_jsonl, check_checkpoint, read_jsonl, run_folder_lock
 from envace_lite.progress import get_logger
-from envace_lite.pipelines.tables import sweep_point, write_summary
+from envace_lite.pipelines.tables import is_error, sweep_point, write_summary
 from envace_lite.types import DECODING
 from envace_lite.types import REHEARSING_MODES as MODES
 
@@ -55,7 +55,8 @@ class Policy:
     label: str = "policy"
 
 
-def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
+def as_policy(spec: Any, cfg: Config, seed: int = 0,
+              allow_profile_mismatch: bool = False) -> Policy:
     """A ``Policy`` from a handle, a ``(generator, tokenizer)`` pair, ``"base"`` or a checkpoint.
 
     Args:
@@ -64,6 +65,12 @@ def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
             or a checkpoint folder (written by ``save_pretrained``).
         cfg: the run config (model kind, dtype, device).
         seed: the generator's sampling seed.
+        allow_profile_mismatch: load a checkpoint trained under another profile or model
+            (logged); otherwise it is refused (``paths.check_checkpoint``).
+
+    Raises:
+        ConfigError: the checkpoint folder is absent, or was trained under another profile or
+            model (unless ``allow_profile_mismatch``).
     """
     if isinstance(spec, Policy):
         return spec
@@ -78,6 +85,8 @@ def as_policy(spec: Any, cfg: Config, seed: int = 0) -> Policy:
         c.model.checkpoint = ""
     elif str(spec):
         c.model.checkpoint = str(spec)
+    if c.model.checkpoint:
+        check_checkpoint(c.model.checkpoint, c, allow_profile_mismatch)
     model, tok = load_policy(c)
     return Policy(HFGenerator(model, tok, seed=seed,
                               prefix_cache=cfg.rollout.prefix_cache_tokens), tok, label)
@@ -240,20 +249,105 @@ def row_key(row: dict[str, Any]) -> tuple:
             row.get("config_hash", ""))
 
 
-def read_rows(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+MAX_EPISODE_RETRIES = 2
+"""How often a rerun into the same folder retries an episode that ended in an error (an
+exception in its own work, a USER endpoint that failed, a crashed scoring); after that its last
+error row stands, and is counted as an error, never as a failure."""
+
+
+def _key_or_none(row: dict[str, Any]) -> tuple | None:
+    try:
+        return row_key(row)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_rows(path: str | Path, repair: bool = False,
+              all_attempts: bool = False) -> list[dict[str, Any]]:
     """The rows of a ``results.jsonl`` (an empty list when it does not exist).
 
-    A torn last row (a kill mid-write) is dropped with a warning; ``repair`` also cuts it off
-    the file, before rows are appended (see ``paths.read_jsonl``).
+    An episode retried after an error (``MAX_EPISODE_RETRIES``) has one row per attempt; only
+    its last is returned (in the place of its first), unless ``all_attempts``. A torn last row
+    (a kill mid-write) is dropped with a warning; ``repair`` also cuts it off the file, before
+    rows are appended (see ``paths.read_jsonl``).
 
     Raises:
         ValueError: a row before the last is not JSON.
     """
-    return read_jsonl(path, repair=repair)
+    rows = read_jsonl(path, repair=repair)
+    if all_attempts:
+        return rows
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if (key := _key_or_none(r)) is not None:
+            last[key] = r
+    out, seen = [], set()
+    for r in rows:
+        key = _key_or_none(r)
+        if key is None:
+            out.append(r)
+        elif key not in seen:
+            seen.add(key)
+            out.append(last[key])
+    return out
+
+
+def error_row(ep_key: tuple[str, str, int], where: str, exc: BaseException, mode: str,
+              n: int, cfg: Config) -> dict[str, Any]:
+    """The row of an episode that could not start (its env or its reset raised, e.g. a USER
+    endpoint that does not answer): reward 0.0, ``stop_reason="error"``, ``error`` set."""
+    suite, task_id, repeat = ep_key
+    return {"task_id": task_id, "suite": suite, "repeat": repeat, "reward": 0.0, "turns": 0,
+            "user_turns": 0, "tool_calls": 0, "real_calls": 0, "violations": 0,
+            "failed_real_calls": 0, "real_call_log": [], "parse_errors": 0,
+            "stop_reason": "error", "rehearsal": mode, "n": n, "rehearsal_real_calls": 0,
+            "gated_calls": 0, "rendering": cfg.rollout.rendering,
+            "decoding": cfg.eval.decoding, "seconds": 0.0,
+            "error": f"{where}: {type(exc).__name__}: {exc}"[:500], "details": {}}
+
+
+def check_suites(suites: list[str], split: str,
+                 user_url: str | None = "") -> dict[str, list[str]]:
+    """Every suite's task ids for ``split``, before any episode runs.
+
+    Args:
+        suites, split: what will run.
+        user_url: ``eval.user_url``; None for a command that has no USER endpoint at all.
+
+    Raises:
+        ConfigError: an unknown suite or split (naming the valid ones), or a USER-endpoint suite
+            (``tau2-retail``, ``tau2-airline``) without ``eval.user_url``, or a ``user_url``
+            that is not an ``http(s)://host...`` URL.
+    """
+    from urllib.parse import urlparse
+
+    from envace_lite.config import ConfigError
+
+    try:
+        ids = {s: list_tasks(s, split) for s in suites}
+    except KeyError as e:
+        raise ConfigError(e.args[0] if e.args else str(e)) from None
+    needs_user = [s for s in suites if s in USER_SUITES]
+    if needs_user and user_url is None:
+        raise ConfigError(f"suite {needs_user[0]} needs a USER endpoint, which this command "
+                          f"does not take: use {needs_user[0]}-ticket (NON-OFFICIAL)")
+    if needs_user and not user_url:
+        raise ConfigError(f"suite {needs_user[0]} needs a USER endpoint: pass --user-url "
+                          "http://HOST:PORT/v1 (and --user-model), or use "
+                          f"{needs_user[0]}-ticket (NON-OFFICIAL, no USER simulator)")
+    if user_url:
+        u = urlparse(user_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ConfigError(f"--user-url {user_url!r}: expected http(s)://HOST:PORT/v1")
+    return ids
+
+
+USER_SUITES = ("tau2-retail", "tau2-airline")
+"""The suites whose episodes need a USER endpoint (``eval.user_url``)."""
 
 
 def _user_for(suite: str, cfg: Config) -> Any:
-    if suite not in ("tau2-retail", "tau2-airline") or not cfg.eval.user_url:
+    if suite not in USER_SUITES or not cfg.eval.user_url:
         return None
     from envace_lite.envs.tau2 import OpenAICompatibleUser
 
@@ -265,7 +359,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
              decoding: str | None = None, *, cfg: Config | str = "laptop",
              limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
              out: str | Path | None = None, seed: int = 0,
-             force_new_config: bool = False) -> list[dict[str, Any]]:
+             force_new_config: bool = False,
+             allow_profile_mismatch: bool = False) -> list[dict[str, Any]]:
     """Evaluate one configuration on the first ``limit`` test tasks of each suite.
 
     Args:
@@ -288,15 +383,25 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         seed: sampling seed of policies loaded here (part of the result config).
         force_new_config: accept an ``out`` holding rows of another config; this config's rows
             are added beside them, under their own hash.
+        allow_profile_mismatch: see ``as_policy``.
+
+    An episode that ends in an error (``is_error``: an exception in its own work, a USER
+    endpoint that failed mid-episode or at its reset, a crashed scoring) is logged with the
+    error, its row written, and a rerun into the same ``out`` retries it, at most
+    ``MAX_EPISODE_RETRIES`` times; the summary counts such rows apart from failures and leaves
+    them out of pass@k. ``out`` is locked while rows are written (``paths.run_folder_lock``).
 
     Returns:
-        The rows of this configuration (done earlier or now), suite by suite, repeat-major, each
-        with ``policy`` and ``rehearsal_policy`` labels added (see ``run_committed``).
+        The rows of this configuration (done earlier or now; a retried episode's last attempt),
+        suite by suite, repeat-major, each with ``policy``, ``rehearsal_policy`` and
+        ``attempt`` added (see ``run_committed``).
 
     Raises:
         ValueError: a negative ``limit`` (or ``eval.limit``), or an unknown ``decoding``.
         ConfigError: ``out`` holds rows of another result config (a ``ValueError``), unless
-            ``force_new_config``.
+            ``force_new_config``; an unknown suite or split, or a USER-endpoint suite without
+            ``eval.user_url`` (``check_suites``), all before any episode; another live process
+            holds ``out``'s lock (``paths.RunFolderLocked``).
     """
     cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
     e, r = cfg.eval, cfg.rehearsal
@@ -321,45 +426,78 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
     rconfig = result_config(cfg, labels["policy"], labels["rehearsal_policy"], mode,
                             r.n if mode != "none" else 0, seed)
     labels |= {"config_hash": config_hash(rconfig), "result_config": rconfig}
+    suites = [suite] if isinstance(suite, str) else list(suite)
+    ids_of = check_suites(suites, e.split, cfg.eval.user_url)  # every suite, before any episode
     if out is not None:
         check_out(out, rconfig, force=force_new_config)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with run_folder_lock(out, "eval"):
+            return _evaluate(policy, rspec, own, cfg, suites, ids_of, mode, labels, Path(out),
+                             seed, allow_profile_mismatch)
+    return _evaluate(policy, rspec, own, cfg, suites, ids_of, mode, labels, None, seed,
+                     allow_profile_mismatch)
+
+
+def _evaluate(policy: Any, rspec: Any, own: bool, cfg: Config, suites: list[str],
+              ids_of: dict[str, list[str]], mode: str, labels: dict[str, Any],
+              out: Path | None, seed: int, allow_profile_mismatch: bool) -> list[dict[str, Any]]:
+    """``evaluate``'s episodes, after its checks (and under the folder's lock)."""
+    e, r = cfg.eval, cfg.rehearsal
+    n_used = r.n if mode != "none" else 0
     loaded: dict[str, Policy] = {}  # policies are loaded only when an episode must run
 
     def policies() -> tuple[Policy, Policy]:
         if not loaded:
-            loaded["act"] = as_policy(policy, cfg, seed)
-            loaded["rehearse"] = loaded["act"] if own else as_policy(rspec, cfg, seed)
+            allow = {"allow_profile_mismatch": True} if allow_profile_mismatch else {}
+            loaded["act"] = as_policy(policy, cfg, seed, **allow)
+            loaded["rehearse"] = loaded["act"] if own else as_policy(rspec, cfg, seed, **allow)
         return loaded["act"], loaded["rehearse"]
-    results = Path(out) / "results.jsonl" if out is not None else None
-    done = ({row_key(x): x for x in read_rows(results, repair=True)}  # cut a torn last row
-            if results is not None else {})
-    suites = [suite] if isinstance(suite, str) else list(suite)
+    results = out / "results.jsonl" if out is not None else None
+    attempts: dict[tuple, list[dict[str, Any]]] = {}
+    for x in read_rows(results, repair=True, all_attempts=True) if results is not None else []:
+        attempts.setdefault(row_key(x), []).append(x)  # repair: cut a torn last row
+    attempt: dict[tuple[str, str, int], int] = {}
 
     def write(row: dict[str, Any]) -> None:
         row.update(labels)
+        row["attempt"] = attempt.get((row["suite"], str(row["task_id"]), int(row["repeat"])), 1)
+        if is_error(row):
+            log.error("%s %s (repeat %d): episode error, not counted in pass@k (attempt %d of "
+                      "%d): %s", row["suite"], row["task_id"], row["repeat"], row["attempt"],
+                      MAX_EPISODE_RETRIES + 1, row.get("error") or row["details"].get(
+                          "score_error"))
         if results is not None:
-            results.parent.mkdir(parents=True, exist_ok=True)
-            with results.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(results, row)
 
     rows: list[dict[str, Any]] = []
     for s in suites:
-        ids = list_tasks(s, e.split)
+        ids = ids_of[s]
         ids = ids[: e.limit] if e.limit else ids
         keys = [(s, tid, k) for k in range(e.repeats) for tid in ids]
         episodes, have = [], {}
         for s_, tid, k in keys:
-            key = (s_, tid, k, mode, r.n if mode != "none" else 0, labels["rehearsal_policy"],
-                   labels["policy"], labels["config_hash"])
-            if key in done:
-                have[(tid, k)] = done[key]
+            key = (s_, tid, k, mode, n_used, labels["rehearsal_policy"], labels["policy"],
+                   labels["config_hash"])
+            tries = attempts.get(key, [])
+            if tries and (not is_error(tries[-1]) or len(tries) > MAX_EPISODE_RETRIES):
+                have[(tid, k)] = tries[-1]  # done, or out of retries (an error it stays)
                 continue
-            env = make_env(s_, tid, **({"user": u} if (u := _user_for(s_, cfg)) else {}))
-            msgs = env.reset()
+            attempt[(s_, str(tid), k)] = len(tries) + 1
+            if tries:
+                log.info("%s %s (repeat %d): retrying after an error (attempt %d of %d)", s_,
+                         tid, k, len(tries) + 1, MAX_EPISODE_RETRIES + 1)
+            try:
+                env = make_env(s_, tid, **({"user": u} if (u := _user_for(s_, cfg)) else {}))
+                msgs = env.reset()
+            except Exception as exc:  # noqa: BLE001 (e.g. a USER endpoint down: an error row)
+                row = error_row((s_, tid, k), "reset", exc, mode, n_used, cfg)
+                write(row)
+                have[(tid, k)] = row
+                continue
             gate = WriteGate(msgs) if r.write_gate else None
             episodes.append(Episode(s_, tid, k, env, msgs, gate=gate))
         log.info("%s: %d episodes to run, %d already done (%s, N=%s)", s, len(episodes),
-                 len(have), mode, r.n if mode != "none" else 0)
+                 len(have), mode, n_used)
         fresh: list[dict[str, Any]] = []
         if episodes:
             acting, rehearsing = policies()
@@ -371,7 +509,7 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
             have[(ep.task_id, ep.repeat)] = row
         rows += [have[(tid, k)] for _, tid, k in keys]
     if out is not None:
-        write_summary(Path(out), read_rows(results))
+        write_summary(out, read_rows(results))
     return rows
 
 
@@ -405,11 +543,12 @@ def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 
     """
     cfg = kwargs.pop("cfg", "laptop")
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
-    acting = as_policy(policy, cfg, kwargs.get("seed", 0))
+    allow = kwargs.get("allow_profile_mismatch", False)
+    acting = as_policy(policy, cfg, kwargs.get("seed", 0), allow)
     rspec = kwargs.pop("rehearsal_policy", None)
     rspec = cfg.rehearsal.policy if rspec is None else rspec
     if rspec not in (None, "") and not isinstance(rspec, Policy):  # load it once, not per run
-        rspec = as_policy(rspec, cfg, kwargs.get("seed", 0))
+        rspec = as_policy(rspec, cfg, kwargs.get("seed", 0), allow)
     runs = ([("none", 0)] if baseline else []) + [(m, k) for m in modes for k in ns]
     points = []
     for mode, k in runs:
@@ -422,6 +561,8 @@ def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 
 __all__ = [
     "DECODING",
     "Episode",
+    "MAX_EPISODE_RETRIES",
+    "USER_SUITES",
     "Policy",
     "as_policy",
     "budget_sweep",
@@ -429,7 +570,10 @@ __all__ = [
     "config_differences",
     "config_hash",
     "evaluate",
+    "check_suites",
+    "error_row",
     "evaluate_suites",
+    "is_error",
     "policy_label",
     "read_rows",
     "result_config",

@@ -55,6 +55,8 @@ log = get_logger(__name__)
 UPPER_BOUND_LABEL = ("UPPER BOUND ONLY: train-split gold pairs whose REHEARSE prompt holds the "
                      "task's grounding, i.e. the real results of its gold calls; not a fidelity "
                      "estimate")
+SOURCES = ("gold", "policy")
+"""Where pairs come from: the benchmark's gold calls, and the policy's own committed runs."""
 SLICES = ("tool", "suite", "source", "task_success")
 
 
@@ -430,6 +432,7 @@ def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
 __all__ = [
     "SLICES",
+    "SOURCES",
     "UPPER_BOUND_LABEL",
     "Pair",
     "aggregate",

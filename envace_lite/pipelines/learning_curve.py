@@ -200,17 +200,33 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
         The summary dict (also written to ``out/summary.json``).
 
     Raises:
-        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, or an ``out`` trained or
-            measured past ``grpo.steps`` (a shortened run), before anything runs.
+        ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, an ``out`` made under a
+            config that changes results (``train.check_resume_config``; a longer ``grpo.steps``
+            may change), or an ``out`` trained or measured past ``grpo.steps`` (a shortened
+            run), before anything runs; another live process holds ``out``'s lock.
     """
-    from envace_lite.pipelines.sft import CHECKPOINT, warmstart
-    from envace_lite.pipelines.train import checkpoint_step, last_checkpoint, read_metrics, train
+    from envace_lite.paths import run_folder_lock
+    from envace_lite.pipelines.train import RESUME_FREE, check_resume_config
 
     cfg = get_config(config) if isinstance(config, str) else copy.deepcopy(config)
     eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
     first_tasks([], eval_limit, "eval_limit"), first_tasks([], fidelity_limit, "fidelity_limit")
     out = Path(out)
+    # a rerun under settings that change results is refused before anything is written (the
+    # recorded config holds the warm start's checkpoint, set below)
+    check_resume_config(out, cfg, RESUME_FREE + ("model.checkpoint",), ())
     out.mkdir(parents=True, exist_ok=True)
+    with run_folder_lock(out, "experiment"):
+        return _run_experiment(cfg, out, warmstart_dir, heldout_every, eval_limit,
+                               fidelity_limit, before_sft)
+
+
+def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
+                    eval_limit: int, fidelity_limit: int, before_sft: bool) -> dict[str, Any]:
+    """``run_experiment``'s work, after its checks and under the folder's lock."""
+    from envace_lite.pipelines.sft import CHECKPOINT, warmstart
+    from envace_lite.pipelines.train import checkpoint_step, last_checkpoint, read_metrics, train
+
     seed = cfg.run.seed
     times: dict[str, float] = {}
     points_path = out / "heldout.json"

@@ -202,7 +202,8 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     Writes ``config.json``, ``summary.json`` (transcript counts, row/token stats, the
     ``warmstart.world_rows`` rows' stats when set, SFT loss,
     held-out first-turn call rates before and after) and ``metrics.jsonl`` (SFT loss rows) into
-    ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/``. With
+    ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/`` (with
+``paths.CHECKPOINT_RECORD``: its profile, model and tokenizer). With
     ``model.checkpoint`` set, SFT starts from that policy (a warm start continued; its tokenizer
     comes with it).
 
@@ -215,7 +216,7 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
         The run dir; ``run_dir / "checkpoint"`` is the value for ``model.checkpoint``.
     """
     from envace_lite.models.load import load_policy
-    from envace_lite.paths import new_run_dir
+    from envace_lite.paths import new_run_dir, write_checkpoint_record
 
     cfg = get_config(config) if isinstance(config, str) else config
     run_dir = Path(run_dir) if run_dir else new_run_dir("warmstart", cfg.profile, cfg.run.seed,
@@ -249,6 +250,7 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     if heldout:
         summary["first_turn_after"] = first_turn_call_rates(model, tok, heldout, cfg)
     save_checkpoint(model, tok, run_dir / CHECKPOINT)
+    write_checkpoint_record(run_dir / CHECKPOINT, cfg, tok)  # its profile, model and tokenizer
     summary["seconds"] = round(time.perf_counter() - start, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     log.info("warm start %s: %d rows, %d tokens, loss %s -> %s, %.0f s; checkpoint %s",

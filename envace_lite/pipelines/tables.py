@@ -11,6 +11,10 @@ shapes (Table 3; paper §3.1):
 - per benchmark: ``Avg.``, the unweighted mean of its suites' Avg@k;
 - ``Overall``: the mean of the benchmark Avg.s (Table 3: tau2 and BFCL multi-turn).
 
+An episode that ended in an error (``is_error``: an exception, a USER endpoint that
+failed, a crashed scoring) is neither a success nor a failure: it is left out of every Avg@k and
+counted apart (``errors``), and the tables show that count.
+
 ``write_summary`` writes ``DIR/summary.json`` (per configuration: the aggregates, Table 3, and
 ``usage_table``) and ``DIR/results.md``.
 
@@ -77,19 +81,32 @@ def config_label(row: dict[str, Any]) -> str:
     return label + (f"/rehearsal={rp}" if rp and rp != row.get("policy", "") else "")
 
 
+def is_error(row: dict[str, Any]) -> bool:
+    """Whether a row's episode ended in an error rather than an outcome: ``error`` is set (an
+    exception ended it, ``stop_reason="error"``) or its scoring crashed (``details.score_error``).
+    Such rows are excluded from pass@k and counted apart (``summarize``)."""
+    details = row.get("details")
+    return bool(row.get("error")) or (isinstance(details, dict) and "score_error" in details)
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate the rows of ONE configuration (see the module docstring).
 
+    Error rows (``is_error``) are left out of every rate and counted in ``errors``; a suite
+    whose every row is an error has ``avg_at_k`` None and no benchmark average.
+
     Returns:
-        ``{"suites": {suite: {"avg_at_k", "k", "tasks", "episodes", "ci95", "per_repeat",
-        "official"}}, "benchmarks": {"tau2"|"bfcl": {"avg", "suites"}}, "overall",
-        "overall_over", "episodes", "rehearsal_real_calls", "real_calls", "share_rehearsed",
-        "share_real_call"}``. ``share_rehearsed`` is the share of episodes with at least one
-        REHEARSE output, ``share_real_call`` with at least one real call.
+        ``{"suites": {suite: {"avg_at_k", "k", "tasks", "episodes", "errors", "ci95",
+        "per_repeat", "official"}}, "benchmarks": {"tau2"|"bfcl": {"avg", "suites"}},
+        "overall", "overall_over", "episodes", "errors", "rehearsal_real_calls", "real_calls",
+        "share_rehearsed", "share_real_call"}``. ``episodes`` counts scored rows (not errors);
+        ``share_rehearsed`` is the share of them with at least one REHEARSE output,
+        ``share_real_call`` with at least one real call.
     """
     out: dict[str, Any] = {"suites": {}, "benchmarks": {}}
+    errors = [r for r in rows if is_error(r)]
     for suite in dict.fromkeys(r["suite"] for r in rows):
-        sub = [r for r in rows if r["suite"] == suite]
+        sub = [r for r in rows if r["suite"] == suite and not is_error(r)]
         repeats = sorted({int(r["repeat"]) for r in sub})
         per_repeat = [sum(r["reward"] for r in sub if int(r["repeat"]) == k)
                       / sum(1 for r in sub if int(r["repeat"]) == k) for k in repeats]
@@ -98,12 +115,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             tasks.setdefault(str(r["task_id"]), []).append(float(r["reward"]))
         task_means = [sum(v) / len(v) for v in tasks.values()]
         out["suites"][suite] = {
-            "avg_at_k": sum(per_repeat) / len(per_repeat), "k": len(repeats),
-            "tasks": len(tasks), "episodes": len(sub), "ci95": ci95(task_means),
+            "avg_at_k": sum(per_repeat) / len(per_repeat) if per_repeat else None,
+            "k": len(repeats), "tasks": len(tasks), "episodes": len(sub),
+            "errors": sum(r["suite"] == suite for r in errors), "ci95": ci95(task_means),
             "per_repeat": per_repeat,
             "official": suite not in TICKET.values() and benchmark_of(suite) != "drills"}
     for bench in BENCHMARKS:
-        suites = [s for s in out["suites"] if benchmark_of(s) == bench]
+        suites = [s for s in out["suites"] if benchmark_of(s) == bench
+                  and out["suites"][s]["avg_at_k"] is not None]
         if suites:
             out["benchmarks"][bench] = {
                 "avg": sum(out["suites"][s]["avg_at_k"] for s in suites) / len(suites),
@@ -111,6 +130,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     avgs = [b["avg"] for b in out["benchmarks"].values()]
     out["overall"] = sum(avgs) / len(avgs) if avgs else None
     out["overall_over"] = list(out["benchmarks"])
+    out["errors"] = len(errors)
+    rows = [r for r in rows if not is_error(r)]
     out["episodes"] = len(rows)
     out["real_calls"] = sum(r.get("real_calls", 0) for r in rows)
     out["rehearsal_real_calls"] = sum(r.get("rehearsal_real_calls", 0) for r in rows)
@@ -170,13 +191,15 @@ def table3(summaries: dict[str, dict[str, Any]]) -> str:
 
 
 def usage_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """Per configuration: episodes, the share with at least one REHEARSE output, the share with
-    at least one real call, and the real calls made during rehearsal (must be 0)."""
-    header = ("| Method | episodes | ≥1 REHEARSE output | ≥1 real call | real calls | "
+    """Per configuration: scored episodes, episode errors (left out of every rate), the share
+    with at least one REHEARSE output, the share with at least one real call, and the real
+    calls made during rehearsal (must be 0)."""
+    header = ("| Method | episodes | errors | ≥1 REHEARSE output | ≥1 real call | real calls | "
               "real calls during rehearsal |")
-    lines = [header, "|---" * 6 + "|"]
+    lines = [header, "|---" * 7 + "|"]
     for label, s in summaries.items():
-        lines.append(f"| {label} | {s['episodes']} | {_pct(s['share_rehearsed'])} % | "
+        lines.append(f"| {label} | {s['episodes']} | {s.get('errors', 0)} | "
+                     f"{_pct(s['share_rehearsed'])} % | "
                      f"{_pct(s['share_real_call'])} % | {s['real_calls']} | "
                      f"{s['rehearsal_real_calls']} |")
     return "\n".join(lines)
@@ -232,12 +255,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cell(r, c) for c in TABLE_COLUMNS) + " |")
     lines.append("")
     for (suite, label) in dict.fromkeys((r["suite"], config_label(r)) for r in rows):
-        sub = [r for r in rows if r["suite"] == suite and config_label(r) == label]
-        mean = sum(r["reward"] for r in sub) / len(sub)
+        every = [r for r in rows if r["suite"] == suite and config_label(r) == label]
+        sub = [r for r in every if not is_error(r)]
+        errors = len(every) - len(sub)
         calls = sum(r["tool_calls"] for r in sub)
         note = " — the policy made NO tool call (expected zero-shot; see the warm start)" \
-            if calls == 0 else ""
-        lines.append(f"- {suite} [{label}]: pass@1 {mean:.3f} over {len(sub)} episodes, "
+            if calls == 0 and sub else ""
+        rate = (f"pass@1 {sum(r['reward'] for r in sub) / len(sub):.3f} over {len(sub)} "
+                "episodes" if sub else "pass@1 – (no scored episode)")
+        lines.append(f"- {suite} [{label}]: {rate}, {errors} episode errors (not counted), "
                      f"{calls} tool calls, {sum(r['real_calls'] for r in sub)} real executions, "
                      f"{sum(r.get('rehearsal_real_calls', 0) for r in sub)} during rehearsal"
                      f"{note}")
@@ -253,6 +279,7 @@ __all__ = [
     "ci95",
     "config_label",
     "format_table",
+    "is_error",
     "summarize",
     "summarize_runs",
     "sweep_point",

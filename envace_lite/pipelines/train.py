@@ -7,12 +7,16 @@ runs it. A run dir holds::
     config.json            the full config
     metrics.jsonl          one row per optimizer step (role-tagged keys, see ``step_metrics``)
     checkpoints/checkpoint-<step>/   TRL/HF checkpoint: policy, optimizer, scheduler, RNG, state
-                                     (per_role: also ``rehearse_policy.safetensors``)
+                                     (per_role: also ``rehearse_policy.safetensors``), and
+                                     ``envace_checkpoint.json`` (profile, model, tokenizer)
+    .envace.lock           while training writes: its pid and host (``paths.run_folder_lock``)
 
 Resume: calling ``train`` again on the same run dir continues from the last *complete* checkpoint
-(one whose ``trainer_state.json``, which HF writes last, parses). Incomplete checkpoint folders and
-metrics rows past that step (written before a kill landed; a torn last row too) are removed first,
-so rows 1..N appear once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is
+(one whose ``trainer_state.json``, which HF writes last, parses), under the same settings: a
+config that changes results is refused before anything is written (``check_resume_config``; a
+longer ``grpo.steps`` is allowed), and a second writer is refused by the lock. Incomplete
+checkpoint folders and metrics rows past that step (written before a kill landed; a torn last row
+too) are removed first, so rows 1..N appear once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is
 written and the process exits with status 143; the log names the CLI command that resumes it.
 With the LLM judge, one probe call precedes training, and a judge that keeps failing stops the
 run (``grpo.judge_mask_threshold``, ``grpo.judge_mask_steps``; ``judge.JudgeHealth``).
@@ -42,7 +46,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from envace_lite.config import Config, get_config
-from envace_lite.paths import new_run_dir, read_jsonl
+from envace_lite.paths import (
+    append_jsonl,
+    new_run_dir,
+    read_jsonl,
+    run_folder_lock,
+    write_checkpoint_record,
+)
 from envace_lite.progress import get_logger, is_rank0, progress
 from envace_lite.types import ROLES
 
@@ -214,10 +224,21 @@ class _StepLog(TrainerCallback):
         row["seconds"] = time.perf_counter() - self.started
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in row.items()}
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_jsonl(self.path, row)
         self.bar.update(1)
         self.bar.set_postfix(reward=row["reward/mean"], refresh=False)
+
+
+class _RecordCheckpoint(TrainerCallback):
+    """Writes ``paths.CHECKPOINT_RECORD`` (profile, model, tokenizer) into each checkpoint."""
+
+    def __init__(self, cfg: Config, tokenizer: Any) -> None:
+        self.cfg, self.tokenizer = cfg, tokenizer
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            write_checkpoint_record(folder, self.cfg, self.tokenizer)
 
 
 class _JudgeHealthStop(TrainerCallback):
@@ -313,17 +334,55 @@ def last_checkpoint(run_dir: str | Path, clean: bool = False) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
-def _warn_if_config_changed(run_dir: Path, cfg: Config) -> None:
-    """Resuming under another config (other than a longer ``grpo.steps``) is allowed, but said."""
-    path = run_dir / "config.json"
+RESUME_FREE = ("grpo.steps", "grpo.save_every", "run.progress", "run.runs_root")
+"""Fields a resumed run may change: a longer run, its checkpoint cadence, progress bars and
+the runs root. The ``eval`` and ``rehearsal`` groups (test-time settings training never reads)
+may change too; every other field changes what training computes."""
+RESUME_FREE_GROUPS = ("eval", "rehearsal")
+
+
+def config_drift(recorded: dict[str, Any], cfg: Config,
+                 free: tuple[str, ...] = RESUME_FREE,
+                 free_groups: tuple[str, ...] = RESUME_FREE_GROUPS) -> list[str]:
+    """``key: recorded -> now`` for each field of a recorded ``config.json`` that differs from
+    ``cfg`` and changes results (outside ``free`` and ``free_groups``); ``profile`` included."""
+    new = cfg.to_dict()
+    diffs = []
+    if recorded.get("profile") != new["profile"]:
+        diffs.append(f"profile: {recorded.get('profile')!r} -> {new['profile']!r}")
+    for g, sub in new.items():
+        if not isinstance(sub, dict) or g in free_groups:
+            continue
+        old = recorded.get(g) if isinstance(recorded.get(g), dict) else {}
+        for k, v in sub.items():
+            if f"{g}.{k}" not in free and old.get(k, v) != v:
+                diffs.append(f"{g}.{k}: {old.get(k)!r} -> {v!r}")
+    return diffs
+
+
+def check_resume_config(run_dir: str | Path, cfg: Config, free: tuple[str, ...] = RESUME_FREE,
+                        free_groups: tuple[str, ...] = RESUME_FREE_GROUPS) -> None:
+    """Refuse to resume ``run_dir`` under a config that changes results (``config_drift`` with
+    ``free`` and ``free_groups``).
+
+    Called before anything is written into the folder; its ``config.json`` is left as it is.
+
+    Raises:
+        ConfigError: one line naming each differing field, its recorded and its new value.
+    """
+    from envace_lite.config import ConfigError
+
+    path = Path(run_dir) / "config.json"
     if not path.exists():
         return
-    old, new = json.loads(path.read_text()), cfg.to_dict()
-    diffs = [f"{g}.{k}: {old.get(g, {}).get(k)!r} -> {v!r}" for g, sub in new.items()
-             if isinstance(sub, dict) for k, v in sub.items()
-             if old.get(g, {}).get(k) != v and (g, k) != ("grpo", "steps")]
+    try:
+        recorded = json.loads(path.read_text())
+    except ValueError as e:
+        raise ConfigError(f"{path} is not JSON ({e}): use another folder") from None
+    diffs = config_drift(recorded, cfg, free, free_groups)
     if diffs:
-        log.warning("%s was written under another config: %s", run_dir, "; ".join(diffs))
+        raise ConfigError(f"{run_dir} was made under another config ({'; '.join(diffs)}): "
+                          "resume it with its recorded settings, or use a new folder")
 
 
 def load_train_tasks(cfg: Config) -> list[Any]:
@@ -358,19 +417,23 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     Returns:
         The run dir. Its last ``checkpoints/checkpoint-<steps>`` holds the trained policy.
 
+    The run dir is locked while training writes into it (``paths.run_folder_lock``, rank 0);
+    resuming it under a config that changes results is refused before anything is written
+    (``check_resume_config``); each checkpoint records its profile, model and tokenizer
+    (``paths.write_checkpoint_record``).
+
     Raises:
         FileExistsError: ``resume=False`` on a run dir with checkpoints.
         ConfigError: ``prompts_per_step × num_generations`` does not split over processes and
-            accumulation steps (before any run dir or model).
+            accumulation steps (before any run dir or model); ``run_dir`` was trained under
+            another config (``check_resume_config``); another live process holds its lock.
         JudgeUnavailable: ``grpo.judge="llm"`` and the probe call to ``judge_url`` failed
             (before any run dir or model); or the judge failed on over
             ``grpo.judge_mask_threshold`` of the trajectories for ``grpo.judge_mask_steps`` steps
             in a row (the run stops with a checkpoint and can be resumed).
         SystemExit: status 143 after a graceful SIGTERM stop (the run can be resumed).
     """
-    from envace_lite.core.grpo import RoleWiseGRPOTrainer
-    from envace_lite.models.load import load_policy
-    from envace_lite.core.judge import JudgeHealth, JudgeUnavailable, probe_judge
+    from envace_lite.core.judge import probe_judge
 
     cfg = get_config(config) if isinstance(config, str) else config
     g = cfg.grpo
@@ -380,13 +443,34 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
         from envace_lite.config import ConfigError
 
         raise ConfigError(str(e)) from None
+    if run_dir is not None:  # a resume under other settings: refused before anything is written
+        check_resume_config(run_dir, cfg)
     if g.judge == "llm":  # one probe call: a dead judge would mask every trajectory
         probe_judge(g.judge_url, g.judge_model)
         log.info("the LLM judge at %s answers", g.judge_url)
-    if run_dir is None:
-        run_dir = new_run_dir("train", cfg.profile, cfg.run.seed, cfg.run.runs_root)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if run_dir is None:
+            run_dir = new_run_dir("train", cfg.profile, cfg.run.seed, cfg.run.runs_root)
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only runs folder, a file in the way
+        from envace_lite.config import ConfigError
+
+        where = run_dir or f"under {os.environ.get('ENVACE_RUNS') or cfg.run.runs_root}"
+        raise ConfigError(f"cannot create the run folder {where}: {e.strerror or e}") from None
+    # under torchrun every rank gets here with the same run_dir: rank 0 holds the lock
+    with run_folder_lock(run_dir, "train") if is_rank0() else contextlib.nullcontext():
+        return _train(cfg, run_dir, resume, generator, tasks)
+
+
+def _train(cfg: Config, run_dir: Path, resume: bool, generator: Any,
+           tasks: list[Any] | None) -> Path:
+    """``train``'s work, after its checks (and under the folder's lock on rank 0)."""
+    from envace_lite.core.grpo import RoleWiseGRPOTrainer
+    from envace_lite.models.load import load_policy
+    from envace_lite.core.judge import JudgeHealth, JudgeUnavailable
+
+    g = cfg.grpo
     last = last_checkpoint(run_dir, clean=resume and is_rank0())
     if last is not None and not resume:
         raise FileExistsError(f"{run_dir} already holds {last.name}: pass resume=True to "
@@ -394,8 +478,7 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     done = checkpoint_step(last) if last is not None else 0
     if is_rank0():  # under torchrun every rank gets here with the same run_dir
         trim_metrics(run_dir, done)
-        _warn_if_config_changed(run_dir, cfg)
-        cfg.save(run_dir)
+        cfg.save(run_dir)  # check_resume_config let through only fields that may change
     if done >= cfg.grpo.steps:
         log.info("%s is complete (%d/%d steps)", run_dir, done, cfg.grpo.steps)
         return run_dir
@@ -410,7 +493,7 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     trainer = RoleWiseGRPOTrainer(
         model, tokenizer, tasks if tasks is not None else load_train_tasks(cfg), cfg,
         grpo_args(cfg, run_dir / CHECKPOINTS), generator=generator,
-        callbacks=[step_log, stopper, health])
+        callbacks=[step_log, stopper, health, _RecordCheckpoint(cfg, tokenizer)])
     step_log.trainer = health.trainer = trainer
     from transformers.trainer_callback import PrinterCallback
 
