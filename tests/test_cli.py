@@ -168,6 +168,7 @@ BAD_INPUTS = [
     (["train", "--steps", "-1"], "grpo.steps=-1"),
     (["warmstart", "--set", f"model.checkpoint={MISSING}"], "the folder is absent"),
     (["experiment", "--warmstart", MISSING], "--warmstart"),
+    (["experiment", "--heldout-every", "-1"], "--heldout-every=-1: expected int >= 0"),
     (["data", "build", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),
     (["data", "build", "--suite", "bfcl-base", "--split", "tst"], "unknown split 'tst'"),
     (["data", "card", "--suite", "bfcl-bse"], "unknown suite 'bfcl-bse'"),

@@ -375,6 +375,8 @@ def experiment_cmd(
     if eval_limit is not None:  # before any run dir
         first_tasks([], eval_limit, "--eval-limit")
     first_tasks([], fidelity_limit, "--fidelity-limit")
+    if heldout_every < 0:
+        raise ConfigError(f"--heldout-every={heldout_every}: expected int >= 0 (0 = at the end)")
     overrides = {"run.seed": seed, **parse_overrides(set_)}
     if mode is not None:
         overrides["grpo.mode"] = mode
