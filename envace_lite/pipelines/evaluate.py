@@ -306,6 +306,10 @@ def error_row(ep_key: tuple[str, str, int], where: str, exc: BaseException, mode
             "error": f"{where}: {type(exc).__name__}: {exc}"[:500], "details": {}}
 
 
+USER_SUITES = ("tau2-retail", "tau2-airline")
+"""The suites whose episodes need a USER endpoint (``eval.user_url``)."""
+
+
 def check_suites(suites: list[str], split: str,
                  user_url: str | None = "") -> dict[str, list[str]]:
     """Every suite's task ids for ``split``, before any episode runs.
@@ -340,10 +344,6 @@ def check_suites(suites: list[str], split: str,
         if u.scheme not in ("http", "https") or not u.netloc:
             raise ConfigError(f"--user-url {user_url!r}: expected http(s)://HOST:PORT/v1")
     return ids
-
-
-USER_SUITES = ("tau2-retail", "tau2-airline")
-"""The suites whose episodes need a USER endpoint (``eval.user_url``)."""
 
 
 def _user_for(suite: str, cfg: Config) -> Any:
