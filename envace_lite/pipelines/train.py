@@ -478,7 +478,11 @@ def _train(cfg: Config, run_dir: Path, resume: bool, generator: Any,
     done = checkpoint_step(last) if last is not None else 0
     if is_rank0():  # under torchrun every rank gets here with the same run_dir
         trim_metrics(run_dir, done)
-        cfg.save(run_dir)  # check_resume_config let through only fields that may change
+        # check_resume_config let through only fields that may change; written whole, so that
+        # another rank checking it never reads half a file
+        tmp = run_dir / "config.json.tmp"
+        tmp.write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+        tmp.replace(run_dir / "config.json")
     if done >= cfg.grpo.steps:
         log.info("%s is complete (%d/%d steps)", run_dir, done, cfg.grpo.steps)
         return run_dir
