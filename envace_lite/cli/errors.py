@@ -82,7 +82,8 @@ def existing_folder(path: str | Path, name: str, holds: str = "") -> Path:
     """
     folder = Path(path)
     if not folder.is_dir():
-        raise ConfigError(f"{name} {path}: the folder is absent")
+        raise ConfigError(f"{name} {path}: the folder is absent"
+                          + (f" (so no {holds})" if holds else ""))
     if holds and not (folder / holds).exists():
         raise ConfigError(f"{name} {path}: the folder holds no {holds}")
     return folder
