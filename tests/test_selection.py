@@ -309,3 +309,15 @@ def test_evaluate_keeps_the_controls_apart_in_one_folder(tok, tmp_path):
     assert again == [rows[0]] and len(read_rows(tmp_path / "results.jsonl")) == 2
     with pytest.raises(ValueError, match="strategy"):
         evaluate(policy(), DRILLS, "parallel", n=2, cfg=cfg, limit=1, strategy="best")
+
+
+def test_cli_refuses_an_unknown_strategy_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    res = CliRunner().invoke(app, ["eval", "--profile", "smoke", "--strategy", "best",
+                                   "--limit", "1", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2
+    assert "rehearsal.strategy='best'" in res.output and "select" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "out").exists()
