@@ -107,7 +107,7 @@ def test_selection_keys_and_ties_by_hand():
         selection_key(a, "memory")
 
 
-def test_sequential_acceptance_by_hand():
+def test_sequential_early_stop_by_hand():
     assert not accepted([cand(1, "error"), cand(2, "ok", unseen=1)], "select", 3)
     assert accepted([cand(1, "error"), cand(2, "ok")], "select", 3)
     assert not accepted([cand(1, "ok", invalid=1)], "rules", 3)
