@@ -279,6 +279,11 @@ class RehearsalConfig:
     """Where m_x goes: ``message`` (its own user-role message after the request, paper §2.3) or
     ``ticket`` (beyond the paper: appended to the request's own user message, so the committed
     prompt keeps the shape the policy trained on; ``execute.apply_rehearsal``)."""
+    strategy: Literal["memory", "select", "rules", "vote"] = "memory"
+    """How the rehearsal reaches the committed run: ``memory`` (m_x, paper §2.3) or, beyond the
+    paper (``selection.py``): ``select`` (N imagined attempts judged by REHEARSE and by cheap
+    checks; the best first ACT output is committed verbatim), ``rules`` (the checks on N sampled
+    first outputs, no REHEARSE) or ``vote`` (a majority vote over them, no REHEARSE)."""
 
 
 @dataclass

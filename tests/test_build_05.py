@@ -1,11 +1,13 @@
 """Notebook 05's build cells against the package: private rehearsal written by hand equals
-``execute.run_committed`` token for token under greedy decoding.
+``execute.run_committed`` token for token under greedy decoding, and rehearse-then-select written
+by hand equals ``run_committed(strategy="select")`` token for token under seeded sampling.
 
 The notebook's parameter, config and model cells run under ``smoke`` (the tiny random Qwen3),
 then its ``build-setup``, ``build`` and ``build-check`` cells: N parallel attempts on the Fig. 7
-lookup drill, a FEEDBACK on each, the MEMORY m_x and the committed execution that reads it. The
-test then runs ``run_committed`` itself on a fresh env of the same drill, with a fresh generator,
-and compares the attempts, the feedback, the memory, the committed history and the counters.
+lookup drill, a FEEDBACK on each, the MEMORY m_x and the committed execution that reads it; then
+N attempts with no memory, their scores, the choice and the committed call. The test then runs
+``run_committed`` itself on a fresh env of the same drill, with a fresh generator, and compares
+the attempts, the feedback, the memory (or the choice), the committed history and the counters.
 """
 from __future__ import annotations
 
@@ -169,3 +171,39 @@ def test_scripted_rehearsal_with_memory_and_real_calls_equals_run_committed(scri
         t.act_ids for t in ns["attempts"]]
     assert row["real_calls"] == 1 and row["rehearsal_real_calls"] == 0
     assert row["reward"] == ns["hand_reward"] and row["stop_reason"] == ns["stop"]
+
+
+def test_hand_select_equals_run_committed_token_for_token(ns):
+    env = make_env(ns["DRILLS"], ns["drill_id"])
+    ep = Episode(ns["DRILLS"], ns["drill_id"], 0, env, env.reset())
+    [row] = run_committed(HFGenerator(ns["model"], ns["tok"], seed=0), ns["tok"], [ep],
+                          ns["sel_cfg"], rehearsal="parallel", n=ns["N"], strategy="select")
+    [rec] = ep.selections
+    assert len(rec.candidates) == ns["N"] == 2
+    assert rec.chosen == (ns["chosen"]["index"] if ns["chosen"] else 0)
+    assert [c.prediction for c in rec.candidates if c.usable] == [
+        s["prediction"] for s in ns["scored"]]
+    assert ep.history == ns["sel_history"] and ep.act_ids == ns["sel_act_ids"]
+    assert row["rehearsal_real_calls"] == 0 and row["real_calls"] == ns["sel_env"].real_calls
+    assert row["memories"] == [] and row["strategy"] == "select"
+
+
+def test_scripted_select_commits_the_attempt_rehearse_accepts(scripted):
+    """The scripted drill: attempt 1 is the slip (REHEARSE: ``Order not found``), attempt 2 the
+    right id (REHEARSE: the order), so attempt 2's call is committed, then the third scripted
+    ACT output (the lookup again) runs until the turn limit of 2."""
+    ns = scripted
+    assert [s["prediction"] for s in ns["scored"]] == ["error", "ok"]
+    assert [s["unseen_ids"] for s in ns["scored"]] == [[], []]  # both ids are in the message
+    assert ns["chosen"]["index"] == 2
+    assert ns["sel_history"][0]["content"] == DRILL_SCRIPT["act"][1]
+    assert ns["sel_history"][1]["content"].startswith("<tool_response>")
+    assert "Order not found" not in ns["sel_history"][1]["content"]
+    assert ns["sel_env"].real_calls == 2 and ns["sel_stop"] == "turn_limit"
+    env = make_env(ns["DRILLS"], ns["drill_id"])
+    ep = Episode(ns["DRILLS"], ns["drill_id"], 0, env, env.reset())
+    [row] = run_committed(ScriptedGenerator(DRILL_SCRIPT, ns["tok"]), ns["tok"], [ep],
+                          ns["sel_cfg"], rehearsal="parallel", n=2, strategy="select")
+    assert ep.history == ns["sel_history"] and ep.act_ids == ns["sel_act_ids"]
+    assert row["selections"][0]["chosen"] == 2 and row["failed_real_calls"] == 0
+    assert row["real_calls"] == 2 and row["rehearsal_real_calls"] == 0

@@ -211,3 +211,114 @@ def test_upper_bound_rehearses_the_same_pairs_again_without_grounding(tok):
         with_status.count('"pending"') / len(with_status))
     held = report["held_out"]["overall"]["pairs"]
     assert prompts.count(False) == len(train) and prompts.count(True) == held + len(train)
+
+
+# ---------------------------------------------------------------------------------------------
+# REHEARSE's error prediction per error kind, and the decisive field
+# ---------------------------------------------------------------------------------------------
+
+def test_error_kinds_by_hand():
+    from envace_lite.pipelines.fidelity import edit_distance, error_kind
+    from envace_lite.types import ToolCall
+
+    seen = "Hi! What is the status of my order W3220203? My email is ana@x.com"
+    call = lambda args, bad=(): ToolCall("get_order_details", args, list(bad))  # noqa: E731
+    assert edit_distance("#W3220203", "#W3220208") == 1 and edit_distance("abc", "") == 3
+    assert error_kind(call({"order_id": "#W3220203"}), seen) == "none"  # the '#' was added
+    assert error_kind(call({"order_id": "W3220203"}), seen) == "missing_hash"  # Fig. 7
+    # W3220208 against the message's W3220203 (the '#' left out on both sides): 1 edit
+    assert error_kind(call({"order_id": "#W3220208"}), seen) == "mis_copied"
+    assert error_kind(call({"order_id": "#W3221213"}), seen) == "mis_copied"  # 2 edits
+    assert error_kind(call({"order_id": "#W3221214"}), seen) == "unknown_id"  # 3 edits
+    assert error_kind(call({"order_id": "#W7999999"}), seen) == "unknown_id"  # invented
+    assert error_kind(call({"order_id": "#W3220203"}, ["missing reason"]), seen) == \
+        "invalid_arguments"
+    assert error_kind(call({"email": "bob@x.com"}), seen) == "none"  # not an identifier key
+    # tool responses count as seen: an id read from a result is copied, not invented
+    assert error_kind(call({"order_id": "#W5555555"}), seen + '\n{"orders": ["#W5555555"]}') \
+        == "none"
+
+
+def _rec(kind, real_error, prediction, source="policy", **kw):
+    return {"kind": kind, "real_error": real_error, "prediction": prediction, "source": source,
+            **kw}
+
+
+def test_error_kind_report_by_hand():
+    from envace_lite.pipelines.fidelity import error_kind_report
+
+    records = [
+        _rec("missing_hash", True, "error"),   # caught
+        _rec("missing_hash", True, "ok"),      # missed
+        _rec("missing_hash", True, "none"),    # no prediction: missed, counted apart
+        _rec("unknown_id", True, "error"),     # caught
+        _rec("none", False, "ok"),
+        _rec("none", False, "error"),          # a false error
+        _rec("none", False, "none"),           # no prediction: never a false error
+        _rec("none", True, "ok"),              # a rule the policy broke, missed
+    ]
+    rep = error_kind_report(records)
+    assert list(rep) == ["missing_hash", "unknown_id", "none", "all"]
+    assert rep["missing_hash"] == {"calls": 3, "real_errors": 3, "caught": 1, "recall": 1 / 3,
+                                   "missed_no_prediction": 1, "real_ok": 0, "false_errors": 0,
+                                   "false_error_rate": None, "ok_no_prediction": 0}
+    assert rep["unknown_id"]["recall"] == 1.0
+    assert (rep["none"]["recall"], rep["none"]["false_errors"], rep["none"]["false_error_rate"],
+            rep["none"]["ok_no_prediction"]) == (0.0, 1, 1 / 3, 1)
+    assert (rep["all"]["real_errors"], rep["all"]["caught"], rep["all"]["recall"],
+            rep["all"]["false_error_rate"]) == (5, 2, 0.4, 1 / 3)
+
+
+def test_decisive_fields_by_hand():
+    from envace_lite.pipelines.fidelity import decisive_match, decisive_report, drill_tier
+
+    assert drill_tier("tau2-retail-drills", "cancel:W2611340") == "cancel"
+    assert drill_tier("tau2-retail-ticket", "17") == drill_tier("bfcl-base", "a:b") == ""
+    real = '{"order_id": "#W1", "status": "pending", "items": []}'
+    assert decisive_match('{"status": "pending"}', real, "status") is True
+    assert decisive_match('{"status": "delivered"}', real, "status") is False
+    assert decisive_match("Error: Order not found", real, "status") is False
+    assert decisive_match('{"status": "pending"}', "Error: Order not found", "status") is None
+    records = [{"tier": "cancel", "decisive_field": "status", "decisive": True},
+               {"tier": "cancel", "decisive_field": "status", "decisive": False},
+               {"tier": "cancel", "decisive_field": "status", "decisive": None},
+               {"tier": "two_hop", "decisive_field": "orders", "decisive": True},
+               {"tier": "", "decisive_field": "", "decisive": None}]
+    assert decisive_report(records) == {
+        "cancel": {"fields": ["status"], "pairs": 2, "recalled": 1, "recall": 0.5},
+        "two_hop": {"fields": ["orders"], "pairs": 1, "recalled": 1, "recall": 1.0}}
+
+
+def test_audit_policy_source_reports_error_prediction_on_the_policys_own_calls(tok):
+    """``--source policy`` on the first held-out drill (``lookup:W3220203``): the policy first
+    makes the Fig. 7 slip (a real error), then the right call, then answers. REHEARSE predicts
+    the slip's error and the right call's record with the real status: recall 1 on
+    ``missing_hash``, false-error rate 0 on ``none``, the lookup's status recalled."""
+    suite = "tau2-retail-drills"
+    acts = iter([protocol.assistant_text([protocol_call("W3220203")]),
+                 protocol.assistant_text([protocol_call("#W3220203")]),
+                 "Your order #W3220203 is processed."])
+    rehearsals = iter([protocol.rehearsal_text("Error: Order not found"),
+                       protocol.rehearsal_text('{"status": "processed"}')])
+
+    def fn(role, prompt):
+        return next(rehearsals) if role == "rehearse" else next(acts)
+
+    report = audit((ScriptedGenerator(fn, tok), tok), [suite], cfg_(), limit=1,
+                   sources=("policy",), upper_bound=False)
+    records = report["records"]
+    assert [(r["kind"], r["real_error"], r["prediction"]) for r in records] == [
+        ("missing_hash", True, "error"), ("none", False, "ok")]
+    pred = report["held_out"]["error_prediction"]
+    assert list(pred) == ["policy"]
+    kinds = pred["policy"]["error_kinds"]
+    assert (kinds["missing_hash"]["recall"], kinds["missing_hash"]["real_errors"]) == (1.0, 1)
+    assert (kinds["none"]["false_error_rate"], kinds["none"]["real_ok"]) == (0.0, 1)
+    assert pred["policy"]["decisive_fields"] == {
+        "lookup": {"fields": ["status"], "pairs": 1, "recalled": 1, "recall": 1.0}}
+
+
+def protocol_call(order_id):
+    from envace_lite.types import ToolCall
+
+    return ToolCall("get_order_details", {"order_id": order_id})

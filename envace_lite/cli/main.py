@@ -135,11 +135,16 @@ def eval_cmd(
     n: int | None = typer.Option(None, help="N, rehearsals per user turn (default: profile's)"),
     rehearsal_checkpoint: str = typer.Option(
         "", help="who rehearses: '' (the acting policy), 'base', or a checkpoint folder"),
+    strategy: str | None = typer.Option(
+        None, help="how the rehearsal reaches the committed run: memory (m_x, paper §2.3) | "
+        "select (REHEARSE and checks choose the committed call) | rules (checks only) | vote "
+        "(majority of N sampled first calls); default: the profile's"),
+    sweep_n: list[int] = typer.Option([1, 2, 3], "--sweep-n", help="the budgets N of --sweep"),
     repeats: int | None = typer.Option(None, help="repeats per task (Avg@k)"),
     decoding: str | None = typer.Option(None, help=" | ".join(
         f"{k} (T={t:g}, top-p {p:g})" for k, (t, p) in DECODING.items())),
     write_gate: bool = typer.Option(False, help="refuse unseen-id / bad-schema writes"),
-    sweep: bool = typer.Option(False, help="budget sweep N=1,2,3 x both modes (+ Non-TTS); "
+    sweep: bool = typer.Option(False, help="budget sweep N in --sweep-n x both modes (+ Non-TTS); "
                                "writes sweep.json and sweep.png"),
     user_url: str = typer.Option("", help="USER endpoint for tau2-retail/airline (OpenAI API)"),
     user_model: str = typer.Option("", help="model name at --user-url"),
@@ -183,7 +188,7 @@ def eval_cmd(
     overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
                  **parse_overrides(set_)}
     for key, value in (("eval.limit", limit), ("eval.repeats", repeats), ("rehearsal.n", n),
-                       ("eval.decoding", decoding)):
+                       ("eval.decoding", decoding), ("rehearsal.strategy", strategy)):
         if value is not None:
             overrides[key] = value
     if checkpoint:
@@ -219,6 +224,7 @@ def eval_cmd(
             from envace_lite.course.eval_figures import plot_budget_sweep
 
             points = budget_sweep(as_policy("", cfg, seed, allow_profile_mismatch), suites,
+                                  ns=tuple(sweep_n),
                                   cfg=cfg, out=run_dir, seed=seed,
                                   force_new_config=force_new_config,
                                   allow_profile_mismatch=allow_profile_mismatch)
@@ -279,6 +285,7 @@ def fidelity_cmd(
     held, ub = report["held_out"]["overall"], report["grounded_upper_bound"]
     typer.echo(json.dumps({"held_out": {k: v for k, v in held.items() if k != "confusion"},
                            "confusion": held["confusion"],
+                           "error_prediction": report["held_out"]["error_prediction"],
                            "grounded_upper_bound": ub and {"label": ub["label"],
                                                            **ub["overall"]},
                            "replay_mismatches": report["replay_mismatches"]}, indent=1))

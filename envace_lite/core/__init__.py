@@ -7,5 +7,7 @@
 - ``rows``, ``grpo``: packed training rows and ``RoleWiseGRPOTrainer`` on TRL;
 - ``transcripts``: the two-role warm-start rows;
 - ``rehearsal``: private rehearsal, attempts → feedback → rehearsal memory m_x (§2.3);
+- ``selection``: rehearse, then select: the committed first call chosen among N attempts by
+  REHEARSE's verdict and cheap checks (beyond the paper);
 - ``execute``, ``gate``: committed execution with the memory, and its write gate.
 """

@@ -11,8 +11,10 @@ Training's ``rollout`` (every mode) and evaluation's ``execute.run_committed`` r
    that joined since; the ``render`` hook may render it from the messages instead (committed: the
    first prompt, and any prompt after the env's tool list changed, BFCL miss_func). A prompt over
    ``max_prompt_tokens`` stops the item (``context_budget``) before generating.
-3. ONE ``generator.generate(role="act")`` call for every live prompt; each output keeps its ids
-   verbatim (``ids_with_stop``) and is parsed (``protocol.parse_act`` against the ``tools`` hook).
+3. ONE ``generator.generate(role="act")`` call for every live prompt (except an item whose
+   ``preset`` hook gives an output chosen before the turn: committed ``select``); each output
+   keeps its ids verbatim (``ids_with_stop``) and is parsed (``protocol.parse_act`` against the
+   ``tools`` hook).
 4. Routing: tool calls (the ``route_calls`` hook picks the calls to run and a terminal call); a
    final text ends the user turn through the ``user_turn`` hook (real env: ``env.end_turn(text)``;
    the next user message joins, or the item stops with ``final_answer``); a parse error goes to
@@ -176,6 +178,11 @@ class ActHooks:
         while any rank has a live item)."""
         return acting
 
+    def preset(self, x: Any) -> Completion | None:
+        """An ACT output chosen before this turn, used verbatim instead of generating one
+        (committed ``select``: ``selection.select_turns``), else None (the default)."""
+        return None
+
     def render(self, x: Any) -> list[int] | None:
         """The prompt rendered from the messages when the rule says so, else None (the token
         history plus glue is used)."""
@@ -296,7 +303,8 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
 
     Args:
         items: the items, in order; ``stopped`` is called in this order within a turn.
-        generator: the acting policy; one ``generate(role="act")`` call per turn.
+        generator: the acting policy; one ``generate(role="act")`` call per turn (none when
+            every acting item has a ``preset`` output).
         tokenizer: the policy's tokenizer (glue).
         hooks: the rules of this caller (``ActHooks``).
         max_new_tokens, temperature, top_p: ACT sampling.
@@ -324,8 +332,11 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
             prompts.append(ids)
         if not hooks.keep_turning(bool(acting)):
             break
-        outs = generator.generate(prompts, role="act", max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_p=top_p)
+        presets = [hooks.preset(x) for x in acting]
+        todo = [p for p, pre in zip(prompts, presets) if pre is None]
+        made = iter(generator.generate(todo, role="act", max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_p=top_p) if todo else [])
+        outs = [pre if pre is not None else next(made) for pre in presets]
         for x, prompt, out in zip(acting, prompts, outs):
             guarded(x, hooks, hooks.stages["output"], _act_output, x, hooks, prompt, out, glue)
         stepping = [x for x in acting if not x.stop_reason

@@ -13,7 +13,9 @@ from typing import Any
 
 from envace_lite.core.gate import WriteGate
 from envace_lite.core.rehearsal import TurnRehearsal
+from envace_lite.core.selection import TurnSelection
 from envace_lite.envs import Env
+from envace_lite.llm.generation import Completion
 
 @dataclass
 class Episode:
@@ -29,7 +31,11 @@ class Episode:
         events: what reached the env, for replays (fidelity audit): ``{"kind": "step", "calls",
             "observations", "history_len"}`` (``history_len``: the history length right after
             the ACT reply) and ``{"kind": "end_turn", "text"}``.
-        rehearsals: one ``TurnRehearsal`` per rehearsed user turn.
+        rehearsals: one ``TurnRehearsal`` per rehearsed user turn (strategy ``memory``).
+        selections: one ``selection.TurnSelection`` per user turn (strategies ``select``,
+            ``rules``, ``vote``).
+        preset: the first ACT output chosen by the current user turn's selection, until the
+            engine commits it (``execute._Committed.preset``).
         memories: m_x text per rehearsed user turn ("" when empty).
         act_ids: the ACT token history as training packs it (``rollout``): the last ACT prompt
             and the ids sampled from it, verbatim (``act_prompt``).
@@ -58,6 +64,13 @@ class Episode:
     stop_reason: str = ""
     needs_rehearsal: bool = True
     rehearsals: list[TurnRehearsal] = field(default_factory=list)
+    selections: list[TurnSelection] = field(default_factory=list)
+    preset: Completion | None = None
+    crashed_attempts: int = 0
+    rejected_attempts: int = 0
+    selection_errors: int = 0
+    act_tokens: int = 0
+    preset_tokens: int = 0
     memories: list[str] = field(default_factory=list)
     rehearsal_real_calls: int = 0
     rehearsal_tokens: int = 0

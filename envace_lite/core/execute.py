@@ -18,6 +18,11 @@ BFCL's decoder failure is), counted in ``parse_errors``; a text reply goes to ``
 the env's ``done`` after a step ends the episode (``terminal_tool``). Each finished episode is
 scored at once and its row written (``on_row``).
 
+With ``rehearsal.strategy`` ``select``, ``rules`` or ``vote`` (beyond the paper,
+``selection.py``), the rehearsal of a user turn inserts no memory: it chooses one of N candidate
+first ACT outputs (``apply_selection``), which the engine commits verbatim (the ``preset``
+hook) instead of generating one.
+
 Usage::
 
     from envace_lite.core.execute import WriteGate, run_committed
@@ -39,9 +44,10 @@ from envace_lite.config import Config
 from envace_lite.core.engine import ActHooks, ActState, chat_glue, next_prompt, run_turns
 from envace_lite.core.episode import Episode, call_log
 from envace_lite.core.gate import IDENTIFIER_KEY, WriteGate, identifiers
-from envace_lite.llm.generation import Generator, chat_ids
+from envace_lite.llm.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger, progress
 from envace_lite.core.rehearsal import RehearsalExecuted, TurnRehearsal, rehearse_turns
+from envace_lite.core.selection import SELECTING, STRATEGIES, TurnSelection, select_turns
 from envace_lite.types import DECODING, Observation, RehearsalMode, ToolCall, rehearsal_mode
 
 log = get_logger(__name__)
@@ -81,6 +87,22 @@ def apply_rehearsal(ep: Episode, rec: TurnRehearsal, placement: str = "message")
         message = prompts.memory_message(mem.text)
         if placement == "message" or not _append_to_request(ep, message["content"]):
             ep.history.append(message)
+    ep.needs_rehearsal = False
+
+
+def apply_selection(ep: Episode, rec: TurnSelection) -> None:
+    """Apply one user turn's selection (``selection.select_turns``) to its episode: the chosen
+    first ACT output becomes the episode's ``preset`` (committed verbatim at its next ACT turn;
+    None: ACT generates as usual), the record is kept and its counts join the row's counters.
+    Nothing joins the history: the committed prompt is exactly the no-rehearsal prompt."""
+    ep.selections.append(rec)
+    ep.preset = rec.preset
+    ep.rehearsal_real_calls += rec.real_calls
+    ep.rehearsal_tokens += rec.tokens
+    ep.rehearse_outputs += rec.rehearse_outputs
+    ep.rehearsal_seconds += rec.seconds
+    ep.crashed_attempts += rec.crashed
+    ep.rejected_attempts += rec.rejected
     ep.needs_rehearsal = False
 
 
@@ -134,7 +156,8 @@ def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) ->
     return observations
 
 
-def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, Any]:
+def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int,
+            strategy: str = "memory") -> dict[str, Any]:
     """Score a finished episode with its benchmark, close its env, and build its row."""
     if not ep.seconds:
         ep.seconds = time.perf_counter() - ep.started
@@ -155,11 +178,16 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int) -> dict[str, 
                                  for o in e["observations"] if o.get("error")),
         "real_call_log": call_log(ep),
         "parse_errors": ep.parse_errors, "stop_reason": ep.stop_reason,
-        "rehearsal": mode, "n": n, "rehearsal_real_calls": ep.rehearsal_real_calls,
+        "rehearsal": mode, "n": n, "strategy": strategy if mode != "none" else "",
+        "rehearsal_real_calls": ep.rehearsal_real_calls,
         "rehearsal_tokens": ep.rehearsal_tokens, "rehearse_outputs": ep.rehearse_outputs,
         "memory_tokens": ep.memory_tokens, "feedback_parse_errors": ep.feedback_parse_errors,
         "empty_memories": ep.empty_memories, "truncated_memories": ep.truncated_memories,
         "memories": list(ep.memories), "rehearsal_seconds": round(ep.rehearsal_seconds, 2),
+        "selections": [s.to_dict() for s in ep.selections],
+        "crashed_attempts": ep.crashed_attempts, "rejected_attempts": ep.rejected_attempts,
+        "selection_errors": ep.selection_errors,
+        "generated_tokens": ep.act_tokens - ep.preset_tokens + ep.rehearsal_tokens,
         "rehearsal_decoding": cfg.rehearsal.decoding if mode != "none" else "",
         "write_gate": ep.gate is not None, "gated_calls": ep.gated_calls, "grounding": "none",
         "rendering": cfg.rollout.rendering, "decoding": cfg.eval.decoding,
@@ -202,6 +230,49 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
             _fail(ep, "rehearsal", exc)
         else:
             apply_rehearsal(ep, rec, cfg.rehearsal.memory_placement)
+
+
+def _select_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config, mode: str,
+                    n: int, strategy: str, rehearse_gen: Generator | None) -> None:
+    """``selection.select_turns`` on the batch, its records applied (``apply_selection``); if it
+    raises, episode by episode, and an episode whose own selection raises commits without a
+    preset (ACT generates as without rehearsal; ``selection_errors`` counts it)."""
+    def run(eps: list[Episode]) -> list[TurnSelection]:
+        return select_turns(eps, gen, tok, cfg, mode, n, strategy,
+                            act_prompt=lambda ep: _peek_prompt(ep, tok, cfg),
+                            rehearse_generator=rehearse_gen)
+
+    try:
+        records = run(todo)
+    except RehearsalExecuted:
+        raise
+    except Exception as exc:  # noqa: BLE001 (find the episode that failed; the rest go on)
+        log.warning("a selection batch of %d episodes failed (%r); one by one", len(todo), exc)
+    else:
+        for ep, rec in zip(todo, records):
+            apply_selection(ep, rec)
+        return
+    for ep in todo:
+        try:
+            (rec,) = run([ep])
+        except RehearsalExecuted:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            ep.selection_errors += 1
+            ep.needs_rehearsal, ep.preset = False, None
+            log.warning("%s: selection failed (%s: %s); the committed ACT generates", ep.task_id,
+                        type(exc).__name__, exc)
+        else:
+            apply_selection(ep, rec)
+
+
+def _peek_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
+    """``act_prompt`` without its one side effect (the tools it records for the next render)."""
+    tools = ep.act_tools
+    try:
+        return act_prompt(ep, tokenizer, cfg)
+    finally:
+        ep.act_tools = tools
 
 
 def _jsonable(obj: Any) -> Any:
@@ -275,6 +346,12 @@ class _Committed(ActHooks):
             if x.ep.stop_reason == "error":
                 self.stopped(x)
 
+    def preset(self, x: _Slot) -> Completion | None:
+        out, x.ep.preset = x.ep.preset, None
+        if out is not None:
+            x.ep.preset_tokens += len(out.ids)
+        return out
+
     def render(self, x: _Slot) -> list[int] | None:
         ep, rc = x.ep, self.cfg.rollout
         tools = ep.env.tool_schemas()
@@ -298,6 +375,7 @@ class _Committed(ActHooks):
                   parsed: protocol.ActParse) -> None:
         x.ep.history.append({"role": "assistant", "content": out.text})
         x.ep.act_history_len = len(x.ep.history)
+        x.ep.act_tokens += len(out.ids)
 
     def parse_error(self, x: _Slot, text: str, parsed: protocol.ActParse, turn: int) -> str:
         x.ep.parse_errors += 1
@@ -344,7 +422,7 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
                   rehearsal: RehearsalMode | None = "none", n: int | None = None,
                   rehearsal_generator: Generator | None = None,
                   rehearsal_tokenizer: Any = None,
-                  on_row: Any = None) -> list[dict[str, Any]]:
+                  on_row: Any = None, strategy: str | None = None) -> list[dict[str, Any]]:
     """Run ``episodes`` to the end, turn-synchronously, rehearsing each user turn first.
 
     Each step: the live episodes that just got a user message rehearse (one batch), then every
@@ -358,6 +436,11 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
             (``types.RehearsalMode``); None is taken as ``"none"`` (``types.rehearsal_mode``).
         n: N (default ``cfg.rehearsal.n``).
         rehearsal_generator, rehearsal_tokenizer: the rehearsing policy (default: the acting one).
+            Strategy ``memory``: it plays every role of the rehearsal. ``select``: it plays
+            REHEARSE only (the acting policy writes the attempts' ACT outputs) and reads prompts
+            built with ``tokenizer``. ``rules`` and ``vote`` never use it.
+        strategy: ``rehearsal.strategy`` (default ``cfg.rehearsal.strategy``): ``memory`` (m_x,
+            paper §2.3), ``select``, ``rules`` or ``vote`` (``selection.py``).
         on_row: called with each row as soon as its episode is scored (e.g. to append it to
             ``results.jsonl``).
 
@@ -373,9 +456,13 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         ``stop_reason="error"`` and ``error`` set; its row is written, the others go on.
 
     Raises:
-        ValueError: ``rehearsal`` is not a ``types.RehearsalMode`` (nor None).
+        ValueError: ``rehearsal`` is not a ``types.RehearsalMode`` (nor None), or ``strategy``
+            is not one of ``selection.STRATEGIES``.
     """
     mode = rehearsal_mode(rehearsal)
+    strategy = cfg.rehearsal.strategy if strategy is None else strategy
+    if strategy not in STRATEGIES:
+        raise ValueError(f"rehearsal strategy {strategy!r}: use one of {STRATEGIES}")
     n = (cfg.rehearsal.n if n is None else n) if mode != "none" else 0
     rgen = rehearsal_generator or generator
     rtok = rehearsal_tokenizer if rehearsal_tokenizer is not None else tokenizer
@@ -384,13 +471,17 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
     bar = progress(total=len(episodes), desc=f"episodes ({mode})", enabled=cfg.run.progress)
 
     def finish(i: int, ep: Episode) -> None:
-        rows[i] = _finish(ep, cfg, mode, n)
+        rows[i] = _finish(ep, cfg, mode, n, strategy)
         bar.update(1)
         if on_row is not None:
             on_row(rows[i])
 
     def rehearse(todo: list[Episode]) -> None:
-        _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
+        if strategy in SELECTING:
+            _select_guarded(todo, generator, tokenizer, cfg, mode, n, strategy,
+                            rehearsal_generator)
+        else:
+            _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
 
     hooks = _Committed(tokenizer, cfg, rehearse if mode != "none" else None, finish)
     run_turns([_Slot(i, ep) for i, ep in enumerate(episodes)], generator, tokenizer, hooks,
@@ -409,6 +500,7 @@ __all__ = [
     "WriteGate",
     "act_prompt",
     "apply_rehearsal",
+    "apply_selection",
     "identifiers",
     "run_committed",
 ]

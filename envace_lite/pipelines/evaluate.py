@@ -109,13 +109,15 @@ def policy_label(spec: Any, cfg: Config) -> str:
 # Runs
 # ---------------------------------------------------------------------------------------------
 
-MEMORY_DEFAULTS = {"rehearsal.memory_source": "policy", "rehearsal.memory_placement": "message"}
+MEMORY_DEFAULTS = {"rehearsal.memory_source": "policy", "rehearsal.memory_placement": "message",
+                   "rehearsal.strategy": "memory"}
 """The paper's memory: a rehearsal row's ``result_config`` records these keys only when they
 differ from these values."""
-PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy")
+PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy", "rehearsal.strategy")
 """Result-relevant settings that may differ between the rows of one results folder (a budget
-sweep writes N = 1, 2, 3 of both modes into one); every other key of ``result_config`` must
-agree across the folder (``check_out``)."""
+sweep writes N = 1, 2, 3 of both modes into one; the selection controls share one with the
+memory mode); every other key of ``result_config`` must agree across the folder
+(``check_out``)."""
 
 
 def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n: int,
@@ -125,8 +127,9 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
     Model and checkpoint (the acting policy's label and ``model.*`` that shape its outputs), the
     split, decoding, rendering and prompt/generation limits, the turn limit, the write gate,
     the sampling seed, and the rehearsal mode, N, rehearsing policy and, with rehearsal, its
-    decoding, budgets and prompts, and the memory options (``rehearsal.memory_source`` and
-    ``memory_placement``, only when they differ from the paper's ``policy`` and ``message``). Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
+    decoding, budgets and prompts, and the options beyond the paper (``rehearsal.memory_source``,
+    ``memory_placement`` and ``strategy``, only when they differ from the paper's ``policy``,
+    ``message`` and ``memory``). Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
     and ``eval.repeats`` (how many rows, not what a row holds), progress bars and paths.
 
     Args:
@@ -159,7 +162,8 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
         # before they existed (the paper's memory) keep their hash; config_differences reads
         # an absent one as its default
         out |= {k: v for k, v in (("rehearsal.memory_source", r.memory_source),
-                                  ("rehearsal.memory_placement", r.memory_placement))
+                                  ("rehearsal.memory_placement", r.memory_placement),
+                                  ("rehearsal.strategy", r.strategy))
                 if v != MEMORY_DEFAULTS[k]}
     return out
 
@@ -360,7 +364,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
              limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
              out: str | Path | None = None, seed: int = 0,
              force_new_config: bool = False,
-             allow_profile_mismatch: bool = False) -> list[dict[str, Any]]:
+             allow_profile_mismatch: bool = False,
+             strategy: str | None = None) -> list[dict[str, Any]]:
     """Evaluate one configuration on the first ``limit`` test tasks of each suite.
 
     Args:
@@ -370,7 +375,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         rehearsal: None (Non-TTS), ``parallel`` or ``sequential``.
         n: N, rehearsals per user turn (default ``cfg.rehearsal.n``).
         rehearsal_policy: who rehearses (see ``as_policy``; default ``cfg.rehearsal.policy``,
-            and "" there means the acting policy).
+            and "" there means the acting policy). Strategy ``select``: it plays REHEARSE only;
+            ``rules`` and ``vote`` never load it.
         repeats: k of Avg@k (default ``cfg.eval.repeats``).
         decoding: ``greedy`` or ``sample`` (default ``cfg.eval.decoding``); recorded per row.
         cfg: a ``Config`` or a profile name.
@@ -384,6 +390,8 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         force_new_config: accept an ``out`` holding rows of another config; this config's rows
             are added beside them, under their own hash.
         allow_profile_mismatch: see ``as_policy``.
+        strategy: ``rehearsal.strategy`` (default ``cfg.rehearsal.strategy``): ``memory``,
+            ``select``, ``rules`` or ``vote`` (``selection.py``).
 
     An episode that ends in an error (``is_error``: an exception in its own work, a USER
     endpoint that failed mid-episode or at its reset, a crashed scoring) is logged with the
@@ -418,8 +426,13 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
         raise ValueError(f"decoding={e.decoding!r}: use one of {sorted(DECODING)}")
     mode = rehearsal or "none"
     r.mode, r.n = mode, r.n if n is None else n
+    r.strategy = r.strategy if strategy is None else strategy
+    from envace_lite.core.selection import STRATEGIES
+
+    if r.strategy not in STRATEGIES:
+        raise ValueError(f"strategy={r.strategy!r}: use one of {STRATEGIES}")
     rspec = r.policy if rehearsal_policy is None else rehearsal_policy
-    own = mode == "none" or rspec in ("", None)
+    own = mode == "none" or rspec in ("", None) or r.strategy in ("rules", "vote")
     labels = {"policy": policy_label(policy, cfg),
               "rehearsal_policy": "" if mode == "none" else policy_label(
                   policy if own else rspec, cfg), "split": e.split}

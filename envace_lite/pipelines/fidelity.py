@@ -26,6 +26,15 @@ returns. Here, for held-out (test-split) pairs (h_t, a_t):
    carries the task's grounding (the real results of its gold calls, as in training). The
    grounding holds the answers, so this is only an upper bound, and it is labelled so.
 5. **Slices**: by tool, suite, source and task success (the replayed episode's reward == 1).
+6. **Error prediction** (``error_kind_report``, per source): each call gets an error kind from
+   what the dialogue before it shows (``error_kind``: invalid arguments, a missing ``#``, a
+   mis-copied id, an unknown id, or none of these); per kind, the error recall (real errors
+   that REHEARSE predicted as errors) and the false-error rate (real successes it predicted as
+   errors). A REHEARSE output that does not parse is no prediction: never a caught error, never
+   a false one, counted apart. On the drills, the recall of each tier's decisive field
+   (``DECISIVE_FIELDS``, e.g. a cancel's order ``status``) is reported too
+   (``decisive_report``). With ``--source policy`` these are REHEARSE's predictions on the calls
+   the policy itself makes on held-out tasks: what ``rehearsal.strategy="select"`` relies on.
 
 Usage::
 
@@ -36,6 +45,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +68,28 @@ UPPER_BOUND_LABEL = ("UPPER BOUND ONLY: train-split gold pairs whose REHEARSE pr
 SOURCES = ("gold", "policy")
 """Where pairs come from: the benchmark's gold calls, and the policy's own committed runs."""
 SLICES = ("tool", "suite", "source", "task_success")
+ERROR_KINDS = ("invalid_arguments", "missing_hash", "mis_copied", "unknown_id", "none")
+"""The error kinds of ``error_kind``, in the order it tests them."""
+BARE_ORDER_ID = re.compile(r"W\d{7}")
+"""A tau2 retail order id written without its ``#`` (``W4284542``; the tools take ``#W4284542``
+and answer ``Error: Order not found`` otherwise, tau2 ``domains/retail/tools.py``: the paper's
+Fig. 7 slip)."""
+MIS_COPY_EDITS = 2
+"""An unseen id within this many single-character edits of a token of the dialogue (both at
+least ``MIS_COPY_MIN_CHARS`` long) is mis-copied; a farther one is unknown (invented)."""
+MIS_COPY_MIN_CHARS = 4
+DECISIVE_FIELDS: dict[tuple[str, str], str] = {
+    ("lookup", "get_order_details"): "status", ("cancel", "get_order_details"): "status",
+    ("return", "get_order_details"): "status", ("two_hop", "get_order_details"): "status",
+    ("two_hop", "get_user_details"): "orders",
+    ("lookup", "get_reservation_details"): "cabin",
+    ("change", "get_reservation_details"): "cabin",
+    ("two_hop", "get_reservation_details"): "destination",
+}
+"""``(drill tier, tool) -> the top-level field of the real result the tier turns on``: what the
+user asks for (a lookup's status or cabin, a two-hop's order list or destination) or what the
+rule reads (a cancel needs ``pending``, a return ``delivered``, a change no basic economy
+cabin); ``drills/spec.py`` describes the tiers."""
 
 
 @dataclass
@@ -283,6 +315,133 @@ def sliced(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Error kinds and the decisive field
+# ---------------------------------------------------------------------------------------------
+
+def edit_distance(a: str, b: str) -> int:
+    """The Levenshtein distance (single-character insertions, deletions, substitutions)."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def error_kind(call: ToolCall, seen: str) -> str:
+    """What could make ``call`` fail, read from the dialogue before it (one of ``ERROR_KINDS``).
+
+    In order: ``invalid_arguments`` (the call's schema problems, ``ToolCall.violations``);
+    ``missing_hash`` (an identifier value, ``gate.identifiers``, that is a bare tau2 order id,
+    ``BARE_ORDER_ID``, or whose ``#``-prefixed form occurs in ``seen``); ``mis_copied`` (an
+    identifier value that ``selection.id_seen`` does not find in ``seen`` but within
+    ``MIS_COPY_EDITS`` edits of one of its tokens, a leading ``#`` left out on both sides);
+    ``unknown_id`` (absent and farther:
+    invented); else ``none``. The kind describes the
+    call, not its outcome: a call of any kind may succeed or fail for real.
+
+    Args:
+        call: the call a_t.
+        seen: the text it may copy from: the user messages and tool responses before it.
+    """
+    from envace_lite.core.gate import identifiers
+    from envace_lite.core.selection import id_seen
+
+    if call.violations:
+        return "invalid_arguments"
+    ids = [v for _, v in identifiers(call.arguments)]
+    if any(BARE_ORDER_ID.fullmatch(v) or (not v.startswith("#") and f"#{v}" in seen)
+           for v in ids):
+        return "missing_hash"
+    unseen = [v for v in ids if not id_seen(v, seen)]
+    if not unseen:
+        return "none"
+    tokens = {t.lstrip("#") for t in re.findall(r"[#\w.@-]+", seen)}
+    tokens = {t for t in tokens if len(t) >= MIS_COPY_MIN_CHARS}
+    if any(len(v.lstrip("#")) >= MIS_COPY_MIN_CHARS and any(
+            abs(len(t) - len(v.lstrip("#"))) <= MIS_COPY_EDITS
+            and edit_distance(v.lstrip("#"), t) <= MIS_COPY_EDITS for t in tokens)
+           for v in unseen):
+        return "mis_copied"
+    return "unknown_id"
+
+
+def seen_before(history: list[dict[str, str]]) -> str:
+    """The user-role messages of h_t (requests and tool responses) before its last ACT reply."""
+    return "\n".join(str(m.get("content") or "") for m in history[:-1] if m["role"] == "user")
+
+
+def drill_tier(suite: str, task_id: str) -> str:
+    """A drill's tier (``"cancel:W2611340"`` -> ``cancel``); "" outside the drill suites."""
+    return task_id.split(":", 1)[0] if "drills" in suite and ":" in task_id else ""
+
+
+def decisive_match(rehearsed: str, real: str, name: str) -> bool | None:
+    """Whether the rehearsal gave the real result's top-level field ``name`` the same JSON
+    value; None when the real result is no JSON object with that field (nothing to recall)."""
+    ok_b, b = _json(real)
+    if not ok_b or not isinstance(b, dict) or name not in b:
+        return None
+    ok_a, a = _json(rehearsed)
+    return bool(ok_a and isinstance(a, dict) and name in a and a[name] == b[name])
+
+
+def error_kind_report(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """REHEARSE's error prediction per error kind (``record``'s ``kind`` and ``prediction``).
+
+    Returns:
+        ``{kind: {"calls", "real_errors", "caught", "recall", "missed_no_prediction",
+        "real_ok", "false_errors", "false_error_rate", "ok_no_prediction"}}`` for each kind
+        present and ``"all"``: ``recall = caught / real_errors`` (caught: a parsed REHEARSE
+        output reporting an error on a call that failed for real) and ``false_error_rate =
+        false_errors / real_ok``; a REHEARSE output that did not parse counts in neither
+        numerator (it is no prediction) but in the denominators. Rates are None over zero calls.
+    """
+    def one(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        err = [r for r in rs if r["real_error"]]
+        ok = [r for r in rs if not r["real_error"]]
+        caught = sum(r["prediction"] == "error" for r in err)
+        false = sum(r["prediction"] == "error" for r in ok)
+        return {"calls": len(rs), "real_errors": len(err), "caught": caught,
+                "recall": caught / len(err) if err else None,
+                "missed_no_prediction": sum(r["prediction"] == "none" for r in err),
+                "real_ok": len(ok), "false_errors": false,
+                "false_error_rate": false / len(ok) if ok else None,
+                "ok_no_prediction": sum(r["prediction"] == "none" for r in ok)}
+
+    out = {k: one([r for r in records if r["kind"] == k]) for k in ERROR_KINDS
+           if any(r["kind"] == k for r in records)}
+    out["all"] = one(records)
+    return out
+
+
+def decisive_report(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per drill tier: ``{"fields", "pairs", "recalled", "recall"}`` over the records whose real
+    result holds the tier's decisive field (``record``'s ``decisive``); tiers without such a
+    record are left out (empty outside the drills)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("decisive") is None:
+            continue
+        t = out.setdefault(r["tier"], {"fields": [], "pairs": 0, "recalled": 0, "recall": None})
+        if r["decisive_field"] not in t["fields"]:
+            t["fields"].append(r["decisive_field"])
+        t["pairs"] += 1
+        t["recalled"] += int(r["decisive"])
+    for t in out.values():
+        t["recall"] = t["recalled"] / t["pairs"]
+    return dict(sorted(out.items()))
+
+
+def prediction_report(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``error_kind_report`` and ``decisive_report`` per source (``gold``, ``policy``)."""
+    return {src: {"error_kinds": error_kind_report(rs), "decisive_fields": decisive_report(rs)}
+            for src in sorted({r["source"] for r in records})
+            for rs in [[r for r in records if r["source"] == src]]}
+
+
+# ---------------------------------------------------------------------------------------------
 # The audit
 # ---------------------------------------------------------------------------------------------
 
@@ -305,12 +464,22 @@ def rehearse_pairs(pairs: list[Pair], generator: Any, tokenizer: Any, cfg: Confi
 
 
 def record(p: Pair) -> dict[str, Any]:
-    """A JSON-serialisable per-pair record (the slices' keys and the metrics)."""
+    """A JSON-serialisable per-pair record: the slices' keys, the metrics, the call's error kind
+    (``error_kind``), REHEARSE's ``prediction`` (``error`` | ``ok``, or ``none`` when its output
+    did not parse), the drill ``tier`` and, where ``DECISIVE_FIELDS`` names one, the
+    ``decisive_field`` and whether the rehearsal recalled it (``decisive``, None otherwise)."""
+    tier = drill_tier(p.suite, p.task_id)
+    name = DECISIVE_FIELDS.get((tier, p.call.name))
+    rehearsed = p.rehearsed.content if p.rehearsed else ""
     return {"suite": p.suite, "task_id": p.task_id, "source": p.source, "tool": p.call.name,
             "task_success": "success" if p.task_success else "failure",
             "state_changing": p.state_changing, "parse_ok": p.parse_ok,
-            "real": p.real.content[:300], "rehearsed": (p.rehearsed.content if p.rehearsed
-                                                        else "")[:300], **p.metrics}
+            "kind": error_kind(p.call, seen_before(p.history)),
+            "prediction": ("error" if p.rehearsed.error else "ok")
+            if p.parse_ok and p.rehearsed is not None else "none",
+            "tier": tier, "decisive_field": name or "",
+            "decisive": decisive_match(rehearsed, p.real.content, name) if name else None,
+            "real": p.real.content[:300], "rehearsed": rehearsed[:300], **p.metrics}
 
 
 def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str, ...],
@@ -381,7 +550,8 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         out: a folder for ``fidelity.json`` and ``fidelity.png``.
 
     Returns:
-        ``{"held_out": {"grounding": "none", "overall", "slices"}, "grounded_upper_bound":
+        ``{"held_out": {"grounding": "none", "overall", "slices", "error_prediction"
+        (``prediction_report``)}, "grounded_upper_bound":
         {"label", "grounding": "gold", "excluded_world_tasks", "overall", "slices",
         "same_pairs_without_grounding"} | None, "replay_mismatches",
         "records", "config"}``.
@@ -394,7 +564,7 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         "config": {"suites": suites, "limit": limit, "sources": list(sources), "split": "test",
                    "decoding": cfg.eval.decoding, "rendering": cfg.rollout.rendering},
         "held_out": {"grounding": "none", "overall": aggregate(records),
-                     "slices": sliced(records)},
+                     "slices": sliced(records), "error_prediction": prediction_report(records)},
         "grounded_upper_bound": None, "replay_mismatches": mismatches, "records": records}
     if upper_bound:
         from envace_lite.core.world_rows import world_tasks
@@ -431,6 +601,9 @@ def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
 
 __all__ = [
+    "BARE_ORDER_ID",
+    "DECISIVE_FIELDS",
+    "ERROR_KINDS",
     "SLICES",
     "SOURCES",
     "UPPER_BOUND_LABEL",
@@ -438,14 +611,22 @@ __all__ = [
     "aggregate",
     "audit",
     "collect_pairs",
+    "decisive_match",
+    "decisive_report",
+    "drill_tier",
+    "edit_distance",
+    "error_kind",
+    "error_kind_report",
     "episode_events",
     "exact_match",
     "fields",
     "gold_events",
     "pair_metrics",
+    "prediction_report",
     "record",
     "rehearse_pairs",
     "replay",
+    "seen_before",
     "sliced",
     "write_report",
 ]

@@ -72,11 +72,14 @@ def ci95(values: list[float]) -> tuple[float, float] | None:
 
 def config_label(row: dict[str, Any]) -> str:
     """``none``, ``parallel/N=2`` or ``parallel/N=2/rehearsal=base`` (the rehearsing policy is
-    named when it differs from the acting one)."""
+    named when it differs from the acting one); a strategy other than the paper's memory is
+    named after N: ``parallel/N=2/select`` (``selection.py``)."""
     mode = row.get("rehearsal", "none")
     if mode == "none":
         return "none"
     label = f"{mode}/N={row.get('n', 0)}"
+    if row.get("strategy", "memory") not in ("", "memory"):
+        label += f"/{row['strategy']}"
     rp = row.get("rehearsal_policy", "")
     return label + (f"/rehearsal={rp}" if rp and rp != row.get("policy", "") else "")
 
