@@ -24,6 +24,10 @@ Usage::
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (see pipeline.py)
+
 import argparse
 import statistics
 import sys
@@ -38,7 +42,7 @@ from benchmarks.common import command_line, machine_info, write_json  # noqa: E4
 
 def _model() -> tuple[Any, Any]:
     from envace_lite.config import get_config
-    from envace_lite.models import load_tokenizer
+    from envace_lite.models.load import load_tokenizer
     from envace_lite.models.micro import micro_model
 
     cfg = get_config("drills")
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = p.parse_args(argv)
     import torch
 
-    from envace_lite.generation import HFGenerator
+    from envace_lite.llm.generation import HFGenerator
 
     payload: dict[str, Any] = {"benchmark": "micro_levers",
                                "command": command_line("micro_levers.py", argv),

@@ -1,15 +1,15 @@
 """One seed of the drills pipeline, stage by stage: warm start, role-wise GRPO, held-out points.
 
-The run is the package's own ``run_experiment`` (the ``drills`` profile: the shipped micro base,
+The run is the package's own ``pipelines.learning_curve.run_experiment`` (the ``drills`` profile: the shipped micro base,
 SFT warm start, ``grpo.steps`` RL steps, held-out points after SFT and every ``--every`` steps),
 with probes patched around the package's functions; nothing of the pipeline is re-implemented.
 
 ==================  ============================================================================
 stage / bucket      what
 ==================  ============================================================================
-base                loading the policy (``models.load_policy``: the shipped micro base)
-sft                 ``sft.warmstart`` (transcripts, rows, TRL ``SFTTrainer``, checkpoint)
-rl                  ``train.train``; per step (HF Trainer ``on_step_begin`` → ``on_step_end``):
+base                loading the policy (``models.load.load_policy``: the shipped micro base)
+sft                 ``pipelines.sft.warmstart`` (transcripts, rows, TRL ``SFTTrainer``, checkpoint)
+rl                  ``pipelines.train.train``; per step (HF Trainer ``on_step_begin`` → ``on_step_end``):
   act_generation      ``HFGenerator.generate`` calls of role ``act``
   rehearse_generation ``HFGenerator.generate`` calls of role ``rehearse``
   reward              the checklist judge (``RoleWiseGRPOTrainer._score``)
@@ -19,7 +19,7 @@ rl                  ``train.train``; per step (HF Trainer ``on_step_begin`` → 
   forward_backward    ``training_step`` less generation: policy forward + backward
   optimizer           gradient clipping + ``optimizer.step``
   bookkeeping         the rest of the step: scheduler, ``zero_grad``, metrics, callbacks
-heldout             ``experiment.heldout_point``: committed execution on test drills (greedy,
+heldout             ``learning_curve.heldout_point``: committed execution on test drills (greedy,
                     real environment) and the fidelity audit
 ==================  ============================================================================
 
@@ -48,11 +48,16 @@ Usage::
 """
 from __future__ import annotations
 
+import os
+
+# before torch loads: spinning OpenMP threads slow a process many times over when another
+# process is busy on the same cores (docs/instructors.md, "Pitfalls")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import contextlib
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -145,10 +150,10 @@ class Probe:
         from transformers import Qwen3ForCausalLM, Qwen3Model
         from transformers.trainer_callback import CallbackHandler
 
-        from envace_lite import experiment, sft
-        from envace_lite import train as train_mod
-        from envace_lite.generation import HFGenerator
-        from envace_lite.grpo import RoleWiseGRPOTrainer
+        from envace_lite.core.grpo import RoleWiseGRPOTrainer
+        from envace_lite.llm.generation import HFGenerator
+        from envace_lite.pipelines import learning_curve, sft
+        from envace_lite.pipelines import train as train_mod
 
         probe = self
 
@@ -305,7 +310,7 @@ class Probe:
 
         self.patch(sft, "warmstart", staged("sft"))
         self.patch(train_mod, "train", staged("rl"))
-        self.patch(experiment, "heldout_point", staged("heldout"))
+        self.patch(learning_curve, "heldout_point", staged("heldout"))
 
     # ---- the report --------------------------------------------------------------------------
     def rl_steps(self) -> list[dict[str, Any]]:
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.threads:
         torch.set_num_threads(a.threads)
     from envace_lite.config import get_config
-    from envace_lite.experiment import run_experiment
+    from envace_lite.pipelines.learning_curve import run_experiment
 
     overrides: dict[str, Any] = {"grpo.steps": a.steps, "run.seed": a.seed,
                                  "eval.limit": a.eval_limit}
@@ -416,7 +421,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         with contextlib.ExitStack() as stack:
             folder = a.keep or stack.enter_context(tempfile.TemporaryDirectory())
-            from envace_lite.models import load_policy
+            from envace_lite.models.load import load_policy
 
             t0 = time.perf_counter()
             load_policy(cfg)
@@ -438,7 +443,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "rl_steps": a.steps, "heldout_every": a.every, "eval_limit": a.eval_limit,
                   "sft_max_steps": a.sft_max_steps, "k": cfg.grpo.num_generations,
                   "prompts_per_step": cfg.grpo.prompts_per_step,
-                  "torch_threads": torch.get_num_threads(), "overrides": overrides},
+                  "torch_threads": torch.get_num_threads(),
+                  "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "overrides": overrides},
         "wall_s": round(wall, 1), "stages": stages,
         "sft": {k: sft.get(k) for k in ("steps", "seconds", "loss_first", "loss_last")}
         | {"rows": rows},
