@@ -174,8 +174,12 @@ class Probe:
                         probe.flops = model_flops(model.config)
                     mask = kwargs.get("attention_mask")
                     cols = ids.shape[1]
-                    real = int(mask[:, -cols:].sum()) if mask is not None else ids.numel()
-                    keys = mask.shape[1] if mask is not None else cols
+                    if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+                        real, keys = int(mask[:, -cols:].sum()), mask.shape[1]
+                    else:  # generate passes prepared (per layer type) masks: no padding count
+                        pos = kwargs.get("cache_position")
+                        real = ids.numel()
+                        keys = int(pos[-1]) + 1 if isinstance(pos, torch.Tensor) else cols
                     keep = kwargs.get("logits_to_keep") or probe.keep or cols
                     keep = min(keep, cols) if isinstance(keep, int) else cols
                     train = torch.is_grad_enabled() and model.training
