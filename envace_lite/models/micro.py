@@ -19,6 +19,11 @@ Model (``micro_model``): ``Qwen3ForCausalLM`` with ``model.hidden_size`` 256, 4 
 (2 key/value heads), MLP 768, tied embeddings: 4.2M parameters at a 4,096 vocabulary. The same
 seed gives the same weights.
 
+Pretrained bases (``model.pretrain``): ``"copy"`` with the shipped recipe is the shipped base in
+``data/micro_base`` (``micro_base.py``: weights and tokenizer, sha256-checked, never trained on
+the way to a run; the ``drills`` profile starts from it); other values are bases that a plugin
+registers (``register_base``) and trains once.
+
 Usage::
 
     from envace_lite.models.load import load_policy
