@@ -108,9 +108,10 @@ _MICRO: ProfileSpec = {
 # changes; its rollout, grpo, eval and warmstart groups are replaced whole.
 _DRILLS: ProfileSpec = {
     **_MICRO,
-    # model.pretrain="copy": the copy warm-up before SFT, the measured recipe of the shipped runs
-    # (docs/drills.md, "The copy warm-up"); "retail" (domain pretraining) is a measured lever
-    # without gain
+    # model.pretrain="copy": SFT starts from the copy warm-up, the measured recipe of the shipped
+    # runs (docs/drills.md, "The copy warm-up"), loaded from the shipped base in data/micro_base
+    # (models/micro_base.py), never trained here; "retail" (domain pretraining) is a measured
+    # lever without gain
     "model": {**_MICRO["model"], "context_window": 1536, "split_digits": True,
               "pretrain": "copy"},
     "rollout": {"rendering": "compact", "max_turns": 5, "max_prompt_tokens": 1408,

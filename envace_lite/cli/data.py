@@ -9,6 +9,7 @@ Commands::
     envace-lite drills show lookup:W2611340                   # one registered drill
     envace-lite drills baselines --suite tau2-retail-drills   # the scripted baselines
     envace-lite drills report --run DIR --run DIR --out DIR   # held-out success with CIs
+    envace-lite drills copy-base --out data/micro_base        # rebuild the shipped micro base
     envace-lite data build --suite tau2-telecom               # derived tasks into the cache
     envace-lite data card                                     # data/card.json
 """
@@ -260,6 +261,28 @@ def drills_sweep(
                       else "failed calls not split (rows without a call log); ")
                    + f"{v['episodes_with_ok_real_call']} / {v['tasks']} episodes with an accepted "
                    "real call")
+
+
+@drills_app.command("copy-base")
+@user_errors
+def drills_copy_base(
+    out: str = typer.Option(..., help="the base folder to write (the shipped one: data/micro_base)"),
+    profile: str = typer.Option("drills", help="the profile whose tokenizer corpus and model "
+                                "shape the base takes"),
+    set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
+) -> None:
+    """Build the micro base: tokenizer + copy warm-up + manifest (about 12 min on 2 cores)."""
+    from envace_lite.config import get_config, parse_overrides
+    from envace_lite.drills.copy_warmup import build_base
+
+    cfg = get_config(profile, {"model.pretrain": "copy", **parse_overrides(set_)})
+    command = " ".join(["envace-lite drills copy-base --out", out]
+                       + ([f"--profile {profile}"] if profile != "drills" else [])
+                       + [f"--set {item}" for item in set_])
+    start = time.perf_counter()
+    manifest = build_base(cfg, out, command)
+    typer.echo(f"base written to {out} in {time.perf_counter() - start:.0f} s: "
+               f"{json.dumps(manifest['result'])}")
 
 
 @data_app.command("build")

@@ -6,8 +6,10 @@ package (``tests/test_imports.py``). Importing it registers what it adds to thei
 
 - the drill suites ``tau2-retail-drills`` and ``tau2-airline-drills`` (``suite.py``) with
   ``envs.register_suites``;
-- the micro bases of ``model.pretrain`` (the copy warm-up and domain pretraining,
-  ``copy_warmup.py``, ``pretrain.py``) with ``models.micro.register_base``.
+- the micro bases of ``model.pretrain`` that are trained on first use (the copy warm-up's
+  levers and domain pretraining, ``copy_warmup.py``, ``pretrain.py``) with
+  ``models.micro.register_base``; the ``drills`` profile's own copy warm-up is the shipped base
+  (``models.micro_base``), which ``copy_warmup.build_base`` rebuilds.
 
 Modules: ``spec`` (what a drill is, tiers, split rule), ``generate`` (the solver that writes
 drills), ``suite`` (the registered suites and ``DrillEnv``), ``baselines`` (scripted players),

@@ -1,9 +1,13 @@
-"""The copy warm-up of the micro policy (``model.pretrain="copy"``): a base that can copy ids,
-a study lever beyond the paper (``docs/drills.md``).
+"""The copy warm-up of the micro policy: a base that can copy ids, a study lever beyond the
+paper (``docs/drills.md``).
 
-``copy_base`` trains the micro model on synthetic, entity-free copy samples (``copy_samples``),
-once, and caches it; ``drills/__init__.py`` registers it with ``models.micro.register_base``, so
-``models.micro.micro_policy`` loads it by name. Domain pretraining: ``drills/pretrain.py``.
+``train_copy`` trains the micro model on synthetic, entity-free copy samples (``copy_samples``).
+The ``drills`` profile's warm-up (``model.pretrain="copy"``) is shipped, not trained on the way
+to a run: ``build_base`` writes it with its manifest (``envace-lite drills copy-base --out
+data/micro_base``), and ``models.micro_base`` loads it. The levers (``"copy_hops"``,
+``"copy_records"``, or ``"copy"`` with another recipe, e.g. ``model.pretrain_schedule=cosine``)
+are trained once and cached by ``copy_base``, which ``drills/__init__.py`` registers with
+``models.micro.register_base``. Domain pretraining: ``drills/pretrain.py``.
 """
 from __future__ import annotations
 
@@ -12,12 +16,13 @@ import json
 import math
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from envace_lite.config import Config
-from envace_lite.models.micro import chatml_text, micro_model
+from envace_lite.models.micro import chatml_text, micro_model, micro_tokenizer
 from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.progress import get_logger
 from envace_lite.protocol.prompts import assistant_text, tool_response_message
@@ -46,7 +51,8 @@ _COPY_RECIPE = 1
 """Bump when the copy warm-up recipe changes (part of the cache fingerprint)."""
 
 COPY_PRETRAINS = ("copy", "copy_hops", "copy_records")
-"""The ``model.pretrain`` values that start from the copy warm-up (``copy_base``)."""
+"""The ``model.pretrain`` values that start from a copy warm-up. ``copy`` with the shipped
+recipe is the shipped base (``models.micro_base``); ``copy_base`` trains the others."""
 
 _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "jude", "kai",
           "lena", "milo", "nora", "otto", "pia", "quin", "rosa", "seb", "tova", "ugo", "vera")
@@ -297,41 +303,24 @@ def copy_lr_factor(step: int, steps: int, schedule: str) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step + 1 - 50) / (steps - 50))))
 
 
-def copy_base(cfg: Config, tokenizer: Any) -> Any:
-    """The micro model of ``cfg`` after the copy warm-up (``model.pretrain="copy"``,
-    ``"copy_hops"`` with the second-call samples of ``copy_samples(hops=True)``, or
-    ``"copy_records"`` with the record copies of ``copy_samples(records=True)``, trained in
-    length chunks by ``chunked_answer_loss``), trained once and cached under
-    ``cache_dir("pretrained")`` by (recipe, sizes, steps, seed, vocabulary, and ``hops``,
-    ``records`` or a non-constant schedule when set), in ``micro-copy-<hash>``,
-    ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
+def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
+    """The copy warm-up of ``cfg``'s micro model on ``tokenizer``: ``(model, result)``.
 
     ``model.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant, or cosine to
     0 under ``model.pretrain_schedule="cosine"``, ``copy_lr_factor``; weight decay
     0; gradient clip 1.0) of 64 ``copy_samples`` each, loss on the answer tokens only (the
     message's random ids are not predictable, and their loss would drown the copy signal). fp32
-    on CPU. Measured: 81 of 100 fresh samples copied exactly after 250 steps (``docs/drills.md``,
-    "The copy warm-up"). Logged: steps, first/last loss, exact copies on 100 held-out samples,
-    seconds.
+    on CPU. ``"copy_hops"`` adds the second-call samples of ``copy_samples(hops=True)``,
+    ``"copy_records"`` the record copies of ``copy_samples(records=True)``, trained in length
+    chunks by ``chunked_answer_loss``. Measured: 81 of 100 fresh samples copied exactly after
+    250 steps (``docs/drills.md``, "The copy warm-up").
 
     Returns:
-        A ``Qwen3ForCausalLM`` in eval mode.
+        The model in eval mode, and ``{"steps", "batch", "loss_first", "loss_last" (mean of the
+        last 20 steps), "exact_copies" (of 100 held-out samples, greedy), "seconds"}``.
     """
-    from transformers import Qwen3ForCausalLM
-
     m = cfg.model
     hops, records = m.pretrain == "copy_hops", m.pretrain == "copy_records"
-    key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
-           m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
-               ["hops"] if hops else []) + (["records"] if records else []) + (
-               # the plain warm-up keeps its fingerprint
-               [] if m.pretrain_schedule == "constant" else [m.pretrain_schedule])
-    h = hashlib.sha1(json.dumps(key).encode())
-    h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
-    name = "micro-copy-hops" if hops else "micro-copy-records" if records else "micro-copy"
-    target = cache_dir("pretrained") / f"{name}-{h.hexdigest()[:12]}"
-    if is_cached(target, _COPY_RECIPE):
-        return Qwen3ForCausalLM.from_pretrained(target).eval()
     start, batch = time.perf_counter(), 64
     forbidden = tau2_ids()
     model = micro_model(copy_config(cfg, seed=m.pretrain_seed), tokenizer)
@@ -370,11 +359,70 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
             out = model.generate(torch.tensor([prompt]), do_sample=False,
                                  max_new_tokens=max(48, len(target_ids) + 8))
             exact += tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True) == answer
-    write_cache(target, _COPY_RECIPE, model.save_pretrained)
+    result = {"steps": m.pretrain_steps, "batch": batch, "loss_first": round(losses[0], 2),
+              "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 2),
+              "exact_copies": exact, "seconds": round(time.perf_counter() - start)}
     log.info("copy warm-up of the micro base: %d steps of %d, loss %.2f -> %.2f, exact copies "
-             "%d/100 held-out samples, %.0f s; cached at %s", m.pretrain_steps, batch, losses[0],
-             sum(losses[-20:]) / len(losses[-20:]), exact, time.perf_counter() - start, target)
+             "%d/100 held-out samples, %.0f s", m.pretrain_steps, batch, result["loss_first"],
+             result["loss_last"], exact, result["seconds"])
+    return model, result
+
+
+def copy_base(cfg: Config, tokenizer: Any) -> Any:
+    """The micro model of ``cfg`` after a copy warm-up lever (``model.pretrain="copy_hops"``,
+    ``"copy_records"``, or ``"copy"`` with a recipe other than the shipped base's;
+    ``train_copy``), trained once and cached under ``cache_dir("pretrained")`` by (recipe,
+    sizes, steps, seed, vocabulary, ``hops`` or ``records``, and a non-constant schedule when
+    set), in ``micro-copy-<hash>``, ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
+    The shipped recipe never reaches it (``models.micro.micro_policy`` loads the shipped base).
+
+    Returns:
+        A ``Qwen3ForCausalLM`` in eval mode.
+    """
+    from transformers import Qwen3ForCausalLM
+
+    m = cfg.model
+    hops, records = m.pretrain == "copy_hops", m.pretrain == "copy_records"
+    key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
+           m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
+               ["hops"] if hops else []) + (["records"] if records else []) + (
+               [] if m.pretrain_schedule == "constant" else [m.pretrain_schedule])
+    h = hashlib.sha1(json.dumps(key).encode())
+    h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    name = "micro-copy-hops" if hops else "micro-copy-records" if records else "micro-copy"
+    target = cache_dir("pretrained") / f"{name}-{h.hexdigest()[:12]}"
+    if is_cached(target, _COPY_RECIPE):
+        return Qwen3ForCausalLM.from_pretrained(target).eval()
+    model, _ = train_copy(cfg, tokenizer)
+    write_cache(target, _COPY_RECIPE, model.save_pretrained)
+    log.info("cached the copy warm-up at %s", target)
     return model
+
+
+def build_base(cfg: Config, out: str | Path, command: str) -> dict[str, Any]:
+    """Build a micro base folder: the tokenizer trained on ``cfg``'s corpus, the copy warm-up
+    (``train_copy``) on it, both saved to ``out`` with a manifest of their sha256, ``command``,
+    the measured result and the recipe (``models.micro_base.write_manifest``).
+
+    ``envace-lite drills copy-base --out data/micro_base`` rebuilds the shipped base this way
+    (about 12 minutes on 2 idle cores). Another machine's floats give other last bits, so a
+    rebuilt base is not the shipped one bit for bit: its manifest records its own hashes.
+
+    Returns:
+        The manifest.
+    """
+    from envace_lite.models.micro_base import recipe, write_manifest
+
+    tok = micro_tokenizer(cfg, shipped=False)
+    model, result = train_copy(cfg, tok)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():  # a rebuilt folder holds only what this build wrote
+        if old.is_file():
+            old.unlink()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return write_manifest(out, command, result, recipe(cfg))
 
 
 def copy_config(cfg: Config, seed: int) -> Config:
@@ -386,5 +434,6 @@ def copy_config(cfg: Config, seed: int) -> Config:
     return c
 
 
-__all__ = ["COPY_PRETRAINS", "answer_batch", "chunked_answer_loss", "copy_base", "copy_config",
-           "copy_lr_factor", "copy_samples", "optimizer_step", "tau2_ids"]
+__all__ = ["COPY_PRETRAINS", "answer_batch", "build_base", "chunked_answer_loss", "copy_base",
+           "copy_config", "copy_lr_factor", "copy_samples", "optimizer_step", "tau2_ids",
+           "train_copy"]

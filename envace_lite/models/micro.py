@@ -19,6 +19,11 @@ Model (``micro_model``): ``Qwen3ForCausalLM`` with ``model.hidden_size`` 256, 4 
 (2 key/value heads), MLP 768, tied embeddings: 4.2M parameters at a 4,096 vocabulary. The same
 seed gives the same weights.
 
+Pretrained bases (``model.pretrain``): ``"copy"`` with the shipped recipe is the shipped base in
+``data/micro_base`` (``micro_base.py``: weights and tokenizer, sha256-checked, never trained on
+the way to a run; the ``drills`` profile starts from it); other values are bases that a plugin
+registers (``register_base``) and trains once.
+
 Usage::
 
     from envace_lite.models.load import load_policy
@@ -130,22 +135,33 @@ def micro_corpus(cfg: Config) -> list[str]:
     plain = copy.deepcopy(cfg)
     plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False
     texts = transcript_texts(build_transcripts(training_tasks(plain, "sft"), plain, seed=0))
-    if cfg.model.pretrain:  # a base's own documents (domain pretraining) shape the vocabulary too
+    if cfg.model.pretrain and cfg.model.pretrain != SHIPPED_PRETRAIN:
+        # a base's own documents (domain pretraining) shape the vocabulary too; the copy
+        # warm-up has none
         corpus = _registered(cfg.model.pretrain)[1]
         if corpus is not None:
             texts += corpus(cfg.model.pretrain)
     return texts
 
 
-def micro_tokenizer(cfg: Config, rebuild: bool = False) -> Any:
+def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) -> Any:
     """The micro tokenizer of ``cfg`` (``model.vocab_size``), trained once and cached.
 
     The cache folder is ``cache_dir("tokenizers")/micro-<fingerprint>``, where the fingerprint
     hashes the recipe, the vocabulary size and the corpus text, so a change of suites, split,
     rendering or user-turn cut trains a new one.
+
+    Under ``model.pretrain="copy"`` with the shipped base's recipe (``micro_base.matches``) it
+    is the shipped base's tokenizer (``micro_base.load_tokenizer``, hashes checked), unless
+    ``shipped`` is False: then the one trained on the corpus (what ``envace-lite drills
+    copy-base`` ships).
     """
     from transformers import PreTrainedTokenizerFast
 
+    if shipped and _shipped(cfg):
+        from envace_lite.models.micro_base import load_tokenizer
+
+        return load_tokenizer()
 
     texts = micro_corpus(cfg)
     key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else [])
@@ -196,6 +212,19 @@ def micro_model(cfg: Config, tokenizer: Any) -> Any:
     return model.eval()
 
 
+SHIPPED_PRETRAIN = "copy"
+"""The ``model.pretrain`` value served by the shipped base in ``data/micro_base``
+(``micro_base.py``): the ``drills`` profile's copy warm-up, loaded and never trained."""
+
+def _shipped(cfg: Config) -> bool:
+    """True when ``cfg`` starts from the shipped base (``SHIPPED_PRETRAIN`` and its recipe)."""
+    if cfg.model.pretrain != SHIPPED_PRETRAIN:
+        return False
+    from envace_lite.models.micro_base import matches
+
+    return matches(cfg)
+
+
 BaseBuilder = Callable[[Config, Any], Any]
 """``build(cfg, tokenizer) -> model``: a pretrained micro base (trained once, then cached)."""
 
@@ -229,17 +258,25 @@ def _registered(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | No
 
 def micro_policy(cfg: Config) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of the micro profile (``load.load_policy`` calls this): random
-    init, or the registered pretrained base named by ``model.pretrain`` when it is set.
+    init; the shipped base under ``model.pretrain="copy"`` with its recipe
+    (``micro_base.load_base``: loaded, never trained); or the registered pretrained base named by
+    ``model.pretrain`` (a lever, or ``copy`` with another recipe: trained once and cached).
 
     Raises:
         KeyError: a ``model.pretrain`` that no plugin registers.
+        ConfigError: the shipped base is missing or damaged (``micro_base.verify``).
     """
+    if _shipped(cfg):
+        from envace_lite.models.micro_base import load_base
+
+        return load_base()
     tok = micro_tokenizer(cfg)
     if cfg.model.pretrain:
         return _registered(cfg.model.pretrain)[0](cfg, tok), tok
     return micro_model(cfg, tok), tok
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "BaseBuilder", "chatml_text", "micro_corpus",
+__all__ = ["CHAT_TEMPLATE", "SHIPPED_PRETRAIN", "SPECIAL_TOKENS", "BaseBuilder", "chatml_text",
+           "micro_corpus",
            "micro_model", "micro_policy", "micro_tokenizer", "register_base", "train_bpe",
            "transcript_texts"]

@@ -1,0 +1,176 @@
+"""Speed levers of the micro policy, each measured side by side in one run (ratios).
+
+The drills profile's model shape (4.2M-parameter Qwen3, 4,096 ids) at random init, with its stop
+id replaced by one it never samples, so that every variant decodes the same number of tokens:
+timings do not depend on the weights, only on shapes.
+
+==========================  ======================================================================
+lever                       variants (A vs B), interleaved A B A B ... ``--repeats`` times
+==========================  ======================================================================
+``threads_generation``      ``HFGenerator.generate`` (16 prompts, the drills' REHEARSE budget) at
+                            1 vs 2 torch threads
+``threads_train``           one SFT-sized forward + backward (4 rows × 600 tokens) at 1 vs 2
+                            threads
+``decode_loop``             ``HFGenerator.generate`` vs a bare loop of the model's forward on a
+                            static cache (greedy, same prompts, same outputs checked equal): the
+                            share of a decode step that is HF ``generate``'s own work
+==========================  ======================================================================
+
+Each lever reports the median seconds of A and of B and the median of the pairwise ratios A/B.
+
+Usage::
+
+    python benchmarks/micro_levers.py --repeats 3
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (see pipeline.py)
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import command_line, machine_info, write_json  # noqa: E402
+
+
+def _model() -> tuple[Any, Any]:
+    from envace_lite.config import get_config
+    from envace_lite.models.load import load_tokenizer
+    from envace_lite.models.micro import micro_model
+
+    cfg = get_config("drills")
+    tok = load_tokenizer(cfg)
+    model = micro_model(cfg, tok)
+    return model, tok
+
+
+def _prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 4000, (length + 7 * i,), generator=g).tolist() for i in range(n)]
+
+
+def bare_decode(model: Any, prompts: list[list[int]], new: int) -> list[list[int]]:
+    """Greedy decoding of ``prompts`` (left-padded) with the model's forward on a
+    ``StaticCache``: one prefill, then ``new - 1`` one-token forwards, no stop check."""
+    import torch
+    from transformers import StaticCache
+
+    b, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.zeros((b, width), dtype=torch.long)
+    att = torch.zeros((b, width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p)
+        att[r, width - len(p):] = 1
+    out = []
+    with torch.inference_mode():
+        cache = StaticCache(config=model.config, max_cache_len=width + new)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        o = model(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+        nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+        out.append(nxt)
+        last = pos[:, -1:]
+        for s in range(new - 1):
+            att = torch.cat([att, att.new_ones((b, 1))], 1)
+            last = last + 1
+            o = model(input_ids=nxt, attention_mask=att, position_ids=last, past_key_values=cache,
+                      use_cache=True, cache_position=torch.tensor([width + s]))
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+    return torch.cat(out, 1).tolist()
+
+
+def paired(a: Any, b: Any, repeats: int) -> dict[str, Any]:
+    """Run ``a`` and ``b`` in turn ``repeats`` times (after one untimed round); medians and the
+    median of the pairwise ratios a/b."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a()
+        ta.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        b()
+        tb.append(time.perf_counter() - t)
+    return {"a_s": round(statistics.median(ta), 3), "b_s": round(statistics.median(tb), 3),
+            "ratio_a_over_b": round(statistics.median(x / y for x, y in zip(ta, tb)), 3),
+            "a_runs": [round(x, 3) for x in ta], "b_runs": [round(x, 3) for x in tb]}
+
+
+def with_threads(n: int, fn: Any) -> Any:
+    import torch
+
+    def run() -> Any:
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(old)
+    return run
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rows", type=int, default=16, help="prompts per generate call")
+    p.add_argument("--prompt", type=int, default=600, help="prompt tokens (first row)")
+    p.add_argument("--new", type=int, default=64, help="tokens decoded per row")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    import torch
+
+    from envace_lite.llm.generation import HFGenerator
+
+    payload: dict[str, Any] = {"benchmark": "micro_levers",
+                               "command": command_line("micro_levers.py", argv),
+                               "machine": machine_info()}
+    model, tok = _model()
+    never = len(tok) - 1
+    prompts = _prompts(a.rows, a.prompt)
+    gen = HFGenerator(model, tok, seed=0, batch_size=a.rows, prefix_cache=0)
+    gen.stop_ids = [never]
+
+    def hf() -> Any:
+        return gen.generate(prompts, "rehearse", a.new, 0.0, 1.0)
+
+    levers: dict[str, Any] = {}
+    levers["threads_generation"] = paired(with_threads(1, hf), with_threads(2, hf), a.repeats)
+    levers["threads_generation"]["variants"] = "A: 1 thread, B: 2 threads"
+
+    rows = torch.randint(3, 4000, (4, 600), generator=torch.Generator().manual_seed(1))
+
+    def fwd_bwd() -> None:
+        model.train()
+        model(input_ids=rows, labels=rows).loss.backward()
+        model.zero_grad(set_to_none=True)
+        model.eval()
+
+    levers["threads_train"] = paired(with_threads(1, fwd_bwd), with_threads(2, fwd_bwd),
+                                     a.repeats)
+    levers["threads_train"]["variants"] = "A: 1 thread, B: 2 threads"
+
+    same = [c.ids for c in hf()] == [r[:a.new] for r in bare_decode(model, prompts, a.new)]
+    levers["decode_loop"] = paired(hf, lambda: bare_decode(model, prompts, a.new), a.repeats)
+    levers["decode_loop"] |= {"variants": "A: HFGenerator.generate, B: bare static-cache loop",
+                              "same_greedy_ids": same}
+    payload |= {"setup": {"rows": a.rows, "prompt_tokens_first_row": a.prompt,
+                          "new_tokens": a.new, "repeats": a.repeats,
+                          "torch_threads_default": torch.get_num_threads()},
+                "levers": levers}
+    path = write_json(a.out or Path(__file__).parent / "results" / "micro_levers.json", payload)
+    print(path, {k: v["ratio_a_over_b"] for k, v in levers.items()})
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The shipped micro base: it loads, a damaged copy stops on its hash, a missing file names the
+rebuild command.
+
+Default tier: offline, CPU, a few seconds (the base is 17 MB of safetensors).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from envace_lite.config import ConfigError, get_config
+from envace_lite.models.micro_base import (
+    BASE_DIR,
+    MANIFEST,
+    REBUILD,
+    BaseHashError,
+    BaseMissingError,
+    load_base,
+    matches,
+    sha256,
+    verify,
+)
+
+
+def test_sha256_of_known_bytes(tmp_path):
+    f = tmp_path / "x"
+    f.write_bytes(b"abc")  # FIPS 180-2, appendix B.1
+    assert sha256(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_shipped_base_loads_with_its_manifest():
+    manifest = verify()
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(manifest["files"])
+    assert os.path.getsize(BASE_DIR / "model.safetensors") <= 20 * 1024 * 1024
+    model, tok = load_base()
+    assert not model.training and model.dtype == torch.float32
+    # tied embedding 4096*256 + final norm 256 + 4 layers * (q 256*256 + k, v 256*128 each +
+    # o 256*256 + MLP 3*256*768 + norms 256+256+64+64) = 1,048,576 + 256 + 4 * 787,072
+    assert sum(p.numel() for p in model.parameters()) == 4_197_120
+    assert len(tok) == 4096 and tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
+
+
+def test_drills_profile_loads_the_shipped_base_without_training(monkeypatch):
+    from envace_lite.drills import copy_warmup
+    from envace_lite.models.load import load_policy, load_tokenizer
+
+    def never(*args, **kwargs):
+        raise AssertionError("the copy warm-up ran")
+
+    monkeypatch.setattr(copy_warmup, "train_copy", never)
+    monkeypatch.setattr(copy_warmup, "copy_base", never)
+    model, tok = load_policy(get_config("drills"))
+    shipped, _ = load_base()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                  shipped.state_dict().values()))
+    assert tok.get_vocab() == load_base()[1].get_vocab()
+    assert load_tokenizer(get_config("drills")).get_vocab() == tok.get_vocab()
+
+
+def test_only_the_shipped_recipe_is_served_by_the_shipped_base():
+    assert matches(get_config("drills"))
+    assert matches(get_config("drills", {"run.seed": 3, "warmstart.epochs": 2}))
+    assert not matches(get_config("drills", {"model.pretrain_steps": 100}))
+    assert not matches(get_config("drills", {"model.pretrain_schedule": "cosine"}))
+
+
+def _copy(tmp_path):
+    dst = tmp_path / "base"
+    shutil.copytree(BASE_DIR, dst)
+    return dst
+
+
+def test_a_damaged_copy_stops_with_one_hash_line(tmp_path):
+    dst = _copy(tmp_path)
+    weights = dst / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    with pytest.raises(BaseHashError) as err:
+        load_base(dst)
+    msg = str(err.value)
+    assert "\n" not in msg and "model.safetensors" in msg and "sha256" in msg
+    assert isinstance(err.value, ConfigError)  # the CLI prints it and exits 2
+
+
+def test_a_missing_file_names_the_rebuild_command(tmp_path):
+    dst = _copy(tmp_path)
+    (dst / "tokenizer.json").unlink()
+    with pytest.raises(BaseMissingError) as err:
+        load_base(dst)
+    msg = str(err.value)
+    assert "\n" not in msg and "tokenizer.json" in msg and f"rebuild with `{REBUILD}`" in msg
+    (dst / MANIFEST).unlink()
+    with pytest.raises(BaseMissingError, match="manifest.json is missing; rebuild with"):
+        verify(dst)
+
+
+def test_manifest_records_the_command_and_its_measured_result():
+    manifest = json.loads((BASE_DIR / MANIFEST).read_text())
+    assert manifest["command"].startswith("envace-lite ")
+    assert 0 <= manifest["result"]["exact_copies"] <= 100
+    assert manifest["result"]["steps"] == 300
