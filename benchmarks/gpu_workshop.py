@@ -72,7 +72,7 @@ def build_model_folder(size: str, folder: Path, seed: int = 0) -> dict[str, Any]
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from envace_lite.models import qwen3_tokenizer
+    from envace_lite.models.load import qwen3_tokenizer
 
     start = time.perf_counter()
     tok = qwen3_tokenizer()

@@ -403,21 +403,44 @@ def test_series_stops_at_a_failed_cell_and_keeps_what_ran(tmp_path):
     assert "<img src='00_ok/line.png'" in index and "failed" in index and "not run" in index
 
 
-def test_unknown_parameter_fails_in_the_notebook_and_foreign_ones_up_front(tmp_path):
+def test_unknown_parameters_fail_before_any_notebook_starts(tmp_path):
+    from envace_lite.config import ConfigError
+
     src = tmp_path / "nbs"
     src.mkdir()
     synthetic(src, "00_p", ["print(lr)"], extra="lr: float = 0.1  # learning rate\n")
-    with pytest.raises(ValueError, match="'sede' is declared by none"):
+    with pytest.raises(ConfigError, match="no notebook of this series takes a parameter 'sede': "
+                                          "they take lr"):
         nbs.run_series("smoke", out=tmp_path / "a", source_dir=src, parameters={"sede": 1})
-    with pytest.raises(nbs.NotebookFailed, match=r"cell 3.*unknown notebook parameter\(s\) "
-                                                 r"\['sede'\]") as err:
+    with pytest.raises(ConfigError, match="notebook 00_p has no parameter 'sede': it takes lr"):
         nbs.run_series("smoke", out=tmp_path / "b", source_dir=src,
                        parameters={"00": {"sede": 1}})
-    assert err.value.cell == 3  # the config cell of the committed notebook
-    series = nbs.run_series("smoke", out=tmp_path / "c", source_dir=src, parameters={"lr": 0.5})
+    with pytest.raises(ConfigError, match="notebook 01 is not in this series"):
+        nbs.run_series("smoke", out=tmp_path / "c", source_dir=src, parameters={"01": {"lr": 1}})
+    assert not any((tmp_path / d).exists() for d in "abc")  # nothing ran, nothing was written
+    series = nbs.run_series("smoke", out=tmp_path / "d", source_dir=src, parameters={"lr": 0.5})
     assert json.loads((series / "00_p" / "parameters.json").read_text())["lr"] == 0.5
-    with pytest.raises(KeyError, match="no notebook matches"):
-        nbs.run_series("smoke", ["07"], out=tmp_path / "d", source_dir=src)
+    with pytest.raises(ConfigError, match="no notebook matches"):
+        nbs.run_series("smoke", ["07"], out=tmp_path / "e", source_dir=src)
+
+
+def test_scrub_paths_replaces_machine_paths_in_outputs(tmp_path):
+    import nbformat
+
+    from envace_lite.paths import REPO_ROOT
+
+    series = tmp_path / "smoke__s0__x"
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(run_dir)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        f"outputs in {series / '02_a'}; notebooks in {REPO_ROOT / 'notebooks'}\n"))]
+    nb.cells = [cell]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, str(path))
+    assert nbs.scrub_paths(path, series) == 1
+    text = nbformat.read(str(path), as_version=4).cells[0].outputs[0]["text"]
+    assert text == "outputs in smoke__s0__x/02_a; notebooks in ./notebooks\n"
+    assert nbformat.read(str(path), as_version=4).cells[0].source == "print(run_dir)"
 
 
 def test_a_notebook_past_its_wall_clock_bound_is_stopped(tmp_path):
