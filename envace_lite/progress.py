@@ -38,7 +38,8 @@ def progress(iterable: Iterable | None = None, *, enabled: bool = True, **kwargs
 
 
 def get_logger(name: str = "envace_lite") -> logging.Logger:
-    """The package logger: INFO on rank 0, WARNING elsewhere, one stderr handler."""
+    """The package logger: INFO on rank 0, WARNING elsewhere (or ``ENVACE_LOG_LEVEL``), one
+    stderr handler."""
     global _CONFIGURED
     root = logging.getLogger("envace_lite")
     if not _CONFIGURED:
@@ -46,7 +47,8 @@ def get_logger(name: str = "envace_lite") -> logging.Logger:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
                                                "%H:%M:%S"))
         root.addHandler(handler)
-        root.setLevel(logging.INFO if is_rank0() else logging.WARNING)
+        root.setLevel(os.environ.get("ENVACE_LOG_LEVEL", "").upper()
+                      or (logging.INFO if is_rank0() else logging.WARNING))
         root.propagate = False
         _CONFIGURED = True
     return logging.getLogger(name)
@@ -66,3 +68,12 @@ def quiet_trainer(trainer: Any, *, progress_bar: bool = False) -> Any:
     if not (progress_bar and is_rank0()):
         trainer.remove_callback(ProgressCallback)
     return trainer
+
+
+def quiet_logs(level: str = "WARNING") -> None:
+    """Lower the package's log level (a notebook shows what its cells print; the progress lines
+    of loading, rollouts and training are for the console): sets ``ENVACE_LOG_LEVEL`` for loggers
+    configured later and the level of the one already configured."""
+    os.environ["ENVACE_LOG_LEVEL"] = level
+    if _CONFIGURED:
+        logging.getLogger("envace_lite").setLevel(level)

@@ -194,7 +194,8 @@ def machine_paths(series: Path) -> list[tuple[str, str]]:
 
 def scrub_paths(executed: Path, series: Path) -> int:
     """Replace the machine's absolute paths (``machine_paths``) in the outputs of an executed
-    notebook, in place, so that neither it nor its HTML export shows them. Sources are kept.
+    notebook, in the cell papermill injected and in papermill's metadata, in place, so that
+    neither it nor its HTML export shows them. The committed cells' sources are kept.
 
     Returns:
         The number of outputs changed.
@@ -210,7 +211,11 @@ def scrub_paths(executed: Path, series: Path) -> int:
 
     nb = nbformat.read(str(executed), as_version=4)
     changed = 0
+    if "papermill" in nb.metadata:  # input/output paths and the injected parameters
+        nb.metadata["papermill"] = json.loads(clean(json.dumps(nb.metadata["papermill"])))
     for cell in nb.cells:
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = clean(cell.source)
         for out in cell.get("outputs", []):
             before = json.dumps(out)
             if "text" in out:
