@@ -507,6 +507,19 @@ def test_cli_notebooks_passes_its_options(monkeypatch, tmp_path):
 # The real notebooks, executed (slow: CI runs them)
 # ---------------------------------------------------------------------------------------------
 
+def assert_closes_with_what_you_saw(executed, name: str) -> None:
+    """The notebook has one "What you just saw" section, followed only by its exercises, and
+    the cell under it computed what it shows in this run (a code cell with output)."""
+    heads = [i for i, c in enumerate(executed.cells) if c.cell_type == "markdown"
+             and c.source.startswith("## What you just saw")]
+    assert len(heads) == 1, f"{name}: no (or more than one) 'What you just saw' section"
+    table = executed.cells[heads[0] + 1]
+    assert table.cell_type == "code" and table.get("outputs"), name
+    later = [c.source for c in executed.cells[heads[0] + 1:] if c.cell_type == "markdown"]
+    assert not any(s.startswith("## ") and not s.startswith("## Exercises") for s in later), (
+        f"{name}: a section after 'What you just saw' other than the exercises")
+
+
 @pytest.mark.slow
 def test_smoke_series_runs_every_notebook(tmp_path):
     series = nbs.run_series("smoke", [s[:2] for s in SERIES], out=tmp_path / "series")
@@ -529,14 +542,18 @@ def test_smoke_series_runs_every_notebook(tmp_path):
         text = "".join(o.get("text", "") for o in outputs)
         assert text.count(": not attempted") == len(tagged(executed, "check"))
         assert json.loads((series / name / "config.json").read_text())["profile"] == "smoke"
+        assert_closes_with_what_you_saw(executed, name)
+        for handout in (series / name / f"{name}.ipynb", series / name / f"{name}.html"):
+            assert str(tmp_path) not in handout.read_text(), handout  # no machine path
     # 03 read what 02 wrote, through artifacts_dir
     executed = load(series / "03_rolewise_advantages" / "03_rolewise_advantages.ipynb")
     text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
-    assert "outputs from " + str(series / "02_act_and_rehearse" / "outputs.jsonl") in text
+    # (the hand-out shows the series folder by its name: machine paths are scrubbed)
+    assert f"outputs from {series.name}/02_act_and_rehearse/outputs.jsonl" in text
     # 06 read the mode runs that 04 trained, through artifacts_dir
     executed = load(series / "06_evaluation_and_figures" / "06_evaluation_and_figures.ipynb")
     text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
-    assert "notebook 04's runs from " + str(series / "04_training_with_trl" / "modes") in text
+    assert f"notebook 04's runs from {series.name}/04_training_with_trl/modes" in text
     # 05: rehearsal made no real call, and the committed runs did the executing
     rows = [json.loads(x) for x in (series / "05_private_rehearsal" / "rows.jsonl").read_text()
             .splitlines()]
