@@ -5,9 +5,10 @@ saved with the real Qwen3 tokenizer and chat template (``models.qwen3_tokenizer`
 BPE, the think and tool-call tokens at their ids, Qwen3's template) into a local folder that
 ``model.name`` points at, as a downloaded hub model would be. Everything else is the ``gpu``
 profile's: the ``hub`` loader, bf16 weights with an fp32 LoRA adapter (r = 64 on q, k, v, o), the
-``full`` rendering, its generation caps and its generation batch size; only the device is CPU and
-the step is small (one task, K = 2, no accumulation). It runs ``train`` (shared mode, one step)
-and ``eval`` with parallel and sequential rehearsal. Gradient checkpointing is GPU-only in the
+``full`` rendering, its 1,024-token generation caps (``eval`` here uses short ones, for time) and
+its generation batch size; only the device is CPU and the step is small (one task, K = 2, no
+accumulation). It runs ``train`` (shared mode, one step), ``eval`` with parallel and sequential
+rehearsal, and notebooks 02 and 03 through the series runner with ``model_dir``. Gradient checkpointing is GPU-only in the
 trainer's settings, so it is not exercised here (``benchmarks/gpu_workshop.py`` is).
 """
 from __future__ import annotations
@@ -69,7 +70,12 @@ def test_train_one_shared_step_under_the_gpu_profile(stand_in, tmp_path):
 def test_eval_with_rehearsal_under_the_gpu_profile(stand_in, tmp_path, mode):
     from envace_lite.pipelines.evaluate import evaluate
 
-    cfg = _cfg(stand_in, **{"rehearsal.mode": mode, "rehearsal.n": 2})
+    # the train test samples at the profile's 1,024-token caps; here short caps keep the N
+    # attempts, FEEDBACK, MEMORY and the committed run of a random model within CI's time
+    cfg = _cfg(stand_in, **{"rehearsal.mode": mode, "rehearsal.n": 2,
+                            "rollout.max_new_tokens_act": 64, "rollout.max_new_tokens_rehearse": 64,
+                            "rehearsal.max_new_tokens_feedback": 32,
+                            "rehearsal.memory_max_tokens": 32})
     [row] = evaluate("", ["bfcl-base"], mode, cfg=cfg, out=tmp_path, seed=0)
     assert (row["rehearsal"], row["n"], row["suite"]) == (mode, 2, "bfcl-base")
     assert row["rehearsal_real_calls"] == 0  # rehearsal never executes a call
