@@ -160,6 +160,10 @@ class RolloutConfig:
     """Multi-process runs: every rank makes the same number of ``generate`` calls per turn
     (a finished rank calls with an empty batch), as a collective backend needs. Always on with
     ``vllm_server``."""
+    generation_batch_size: int = 0
+    """Rows per ``generate`` call of the HF sampler in training (0: all of a turn's rollouts at
+    once). On one GPU the KV cache of a batch grows with it; ``models.memory.plan`` chooses the
+    ``gpu`` and ``colab`` profiles' values."""
     prefix_cache_tokens: int = 32768
     """Ids of the HF generator's prefix cache (``generation.PrefixCache``): keys/values of recent
     prompts, reused for the prefix a new prompt shares (the system prompt and tool schemas, a
@@ -472,6 +476,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "rollout.temperature": (0, None, "[]"), "rollout.top_p": (0, 1, "(]"),
     "rollout.grounding_drop_p": (0, 1, "[]"), "rollout.compact_policy_chars": (0, None, "[]"),
     "rollout.prefix_cache_tokens": (0, None, "[]"),
+    "rollout.generation_batch_size": (0, None, "[]"),
     "rollout.vllm_gpu_memory_utilization": (0, 1, "(]"),
     "rollout.vllm_importance_sampling_cap": (1, None, "[]"),
     "grpo.num_generations": (2, None, "[]"), "grpo.prompts_per_step": (1, None, "[]"),

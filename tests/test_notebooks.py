@@ -403,21 +403,44 @@ def test_series_stops_at_a_failed_cell_and_keeps_what_ran(tmp_path):
     assert "<img src='00_ok/line.png'" in index and "failed" in index and "not run" in index
 
 
-def test_unknown_parameter_fails_in_the_notebook_and_foreign_ones_up_front(tmp_path):
+def test_unknown_parameters_fail_before_any_notebook_starts(tmp_path):
+    from envace_lite.config import ConfigError
+
     src = tmp_path / "nbs"
     src.mkdir()
     synthetic(src, "00_p", ["print(lr)"], extra="lr: float = 0.1  # learning rate\n")
-    with pytest.raises(ValueError, match="'sede' is declared by none"):
+    with pytest.raises(ConfigError, match="no notebook of this series takes a parameter 'sede': "
+                                          "they take lr"):
         nbs.run_series("smoke", out=tmp_path / "a", source_dir=src, parameters={"sede": 1})
-    with pytest.raises(nbs.NotebookFailed, match=r"cell 3.*unknown notebook parameter\(s\) "
-                                                 r"\['sede'\]") as err:
+    with pytest.raises(ConfigError, match="notebook 00_p has no parameter 'sede': it takes lr"):
         nbs.run_series("smoke", out=tmp_path / "b", source_dir=src,
                        parameters={"00": {"sede": 1}})
-    assert err.value.cell == 3  # the config cell of the committed notebook
-    series = nbs.run_series("smoke", out=tmp_path / "c", source_dir=src, parameters={"lr": 0.5})
+    with pytest.raises(ConfigError, match="notebook 01 is not in this series"):
+        nbs.run_series("smoke", out=tmp_path / "c", source_dir=src, parameters={"01": {"lr": 1}})
+    assert not any((tmp_path / d).exists() for d in "abc")  # nothing ran, nothing was written
+    series = nbs.run_series("smoke", out=tmp_path / "d", source_dir=src, parameters={"lr": 0.5})
     assert json.loads((series / "00_p" / "parameters.json").read_text())["lr"] == 0.5
-    with pytest.raises(KeyError, match="no notebook matches"):
-        nbs.run_series("smoke", ["07"], out=tmp_path / "d", source_dir=src)
+    with pytest.raises(ConfigError, match="no notebook matches"):
+        nbs.run_series("smoke", ["07"], out=tmp_path / "e", source_dir=src)
+
+
+def test_scrub_paths_replaces_machine_paths_in_outputs(tmp_path):
+    import nbformat
+
+    from envace_lite.paths import REPO_ROOT
+
+    series = tmp_path / "smoke__s0__x"
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(run_dir)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        f"outputs in {series / '02_a'}; notebooks in {REPO_ROOT / 'notebooks'}\n"))]
+    nb.cells = [cell]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, str(path))
+    assert nbs.scrub_paths(path, series) == 1
+    text = nbformat.read(str(path), as_version=4).cells[0].outputs[0]["text"]
+    assert text == "outputs in smoke__s0__x/02_a; notebooks in ./notebooks\n"
+    assert nbformat.read(str(path), as_version=4).cells[0].source == "print(run_dir)"
 
 
 def test_a_notebook_past_its_wall_clock_bound_is_stopped(tmp_path):
@@ -484,6 +507,19 @@ def test_cli_notebooks_passes_its_options(monkeypatch, tmp_path):
 # The real notebooks, executed (slow: CI runs them)
 # ---------------------------------------------------------------------------------------------
 
+def assert_closes_with_what_you_saw(executed, name: str) -> None:
+    """The notebook has one "What you just saw" section, followed only by its exercises, and
+    the cell under it computed what it shows in this run (a code cell with output)."""
+    heads = [i for i, c in enumerate(executed.cells) if c.cell_type == "markdown"
+             and c.source.startswith("## What you just saw")]
+    assert len(heads) == 1, f"{name}: no (or more than one) 'What you just saw' section"
+    table = executed.cells[heads[0] + 1]
+    assert table.cell_type == "code" and table.get("outputs"), name
+    later = [c.source for c in executed.cells[heads[0] + 1:] if c.cell_type == "markdown"]
+    assert not any(s.startswith("## ") and not s.startswith("## Exercises") for s in later), (
+        f"{name}: a section after 'What you just saw' other than the exercises")
+
+
 @pytest.mark.slow
 def test_smoke_series_runs_every_notebook(tmp_path):
     series = nbs.run_series("smoke", [s[:2] for s in SERIES], out=tmp_path / "series")
@@ -506,14 +542,18 @@ def test_smoke_series_runs_every_notebook(tmp_path):
         text = "".join(o.get("text", "") for o in outputs)
         assert text.count(": not attempted") == len(tagged(executed, "check"))
         assert json.loads((series / name / "config.json").read_text())["profile"] == "smoke"
+        assert_closes_with_what_you_saw(executed, name)
+        for handout in (series / name / f"{name}.ipynb", series / name / f"{name}.html"):
+            assert str(tmp_path) not in handout.read_text(), handout  # no machine path
     # 03 read what 02 wrote, through artifacts_dir
     executed = load(series / "03_rolewise_advantages" / "03_rolewise_advantages.ipynb")
     text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
-    assert "outputs from " + str(series / "02_act_and_rehearse" / "outputs.jsonl") in text
+    # (the hand-out shows the series folder by its name: machine paths are scrubbed)
+    assert f"outputs from {series.name}/02_act_and_rehearse/outputs.jsonl" in text
     # 06 read the mode runs that 04 trained, through artifacts_dir
     executed = load(series / "06_evaluation_and_figures" / "06_evaluation_and_figures.ipynb")
     text = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
-    assert "notebook 04's runs from " + str(series / "04_training_with_trl" / "modes") in text
+    assert f"notebook 04's runs from {series.name}/04_training_with_trl/modes" in text
     # 05: rehearsal made no real call, and the committed runs did the executing
     rows = [json.loads(x) for x in (series / "05_private_rehearsal" / "rows.jsonl").read_text()
             .splitlines()]

@@ -293,3 +293,28 @@ def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
     cfg.warmstart.world_rows = len(rl_ids) + 1
     with pytest.raises(ConfigError, match=f"has {len(rl_ids)} tasks; use at most {len(rl_ids)}"):
         world_tasks(cfg)
+
+
+def test_warm_start_with_every_row_too_long_is_one_line(tmp_path, monkeypatch):
+    """``warmstart.max_length`` below every row: one line naming the shortest row, exit 2 (TRL's
+    SFTTrainer would stop on the empty dataset with a bare StopIteration)."""
+    from typer.testing import CliRunner
+
+    from envace_lite.cli.main import app
+    from envace_lite.pipelines.sft import check_rows
+
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path))
+    res = CliRunner().invoke(app, ["warmstart", "--profile", "smoke", "--set",
+                                   "warmstart.max_length=10", "--set",
+                                   "warmstart.eval_first_turns=0"])
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error")]
+    assert res.exit_code == 2, res.output
+    assert len(lines) == 1 and "warmstart.max_length=10: all " in lines[0]
+    assert "set warmstart.max_length >= " in lines[0]
+    stats = {"rows_kept": 0, "rows_built": 3, "rows_too_long": 3, "shortest_row": 1500,
+             "max_length": 10, "token_budget": 0}
+    with pytest.raises(ValueError, match=r"all 3 SFT rows are longer \(the shortest has 1500"):
+        check_rows(stats)
+    with pytest.raises(ValueError, match="token_budget=5: no SFT row fits"):
+        check_rows({**stats, "rows_too_long": 1, "token_budget": 5})
+    check_rows({**stats, "rows_kept": 1})  # rows to train on: no error

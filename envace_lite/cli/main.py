@@ -74,18 +74,29 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show the traceback 
     STATE["debug"] = debug
 
 
-def _parse_params(items: list[str]) -> dict:
-    """Notebook ``--param name=value``: the value as JSON, else as text (the notebooks' own
-    declared types check it, ``series.check_series_params``)."""
-    out = {}
+def parse_notebook_params(items: list[str]) -> dict[str, Any]:
+    """The notebooks command's ``-p`` items as ``run_series`` takes them: ``name=value`` for every
+    notebook that declares ``name``, ``NN:name=value`` for notebook NN only (``{"NN": {name:
+    value}}``). The value is read as JSON, else kept as text; the notebooks' declared types check
+    it (``series.check_series_params``).
+
+    Raises:
+        ConfigError: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--param {item!r}: use name=value or NN:name=value")
         try:
-            out[key] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            out[key] = value
+            parsed = value
+        nb, colon, name = key.partition(":")
+        if colon:
+            out.setdefault(nb, {})[name] = parsed
+        else:
+            out[key] = parsed
     return out
 
 
@@ -429,20 +440,10 @@ def notebooks_cmd(
 
     check_profile(profile)  # before any kernel starts
     names = [s.strip() for s in only.split(",") if s.strip()] or None
-    parameters: dict = {}
-    for key, value in _parse_params(param).items():
-        nb, sep, name = key.partition(":")
-        if sep:
-            parameters.setdefault(nb, {})[name] = value
-        else:
-            parameters[key] = value
-    try:
+    parameters = parse_notebook_params(param)
+    try:  # unknown notebooks or parameters raise ConfigError before any kernel starts
         series = run_series(profile, names, out or None, parameters, seed=seed,
                             cell_timeout=cell_timeout or None, timeout=timeout or None)
-    except (KeyError, ValueError) as e:  # unknown notebooks or parameters: before any kernel
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(e.args[0] if e.args else str(e)) from None
     except NotebookFailed as e:
         typer.echo(f"FAILED: {e}\nindex: {e.series_dir / 'index.html'}", err=True)
         sys.exit(1)

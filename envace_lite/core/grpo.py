@@ -233,6 +233,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         if self._generator_override is not None:
             return self._generator_override, self._generator_override
         seed = self._step_seed(step)
+        batch = min(batch, self.cfg.rollout.generation_batch_size or batch)  # rows per generate
 
         def hf(model: Any) -> Any:
             return HFGenerator(self.accelerator.unwrap_model(model), self.processing_class,

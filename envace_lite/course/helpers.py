@@ -57,7 +57,8 @@ def quiet() -> None:
     Installs ``NOT_THE_STUDENTS_BUSINESS`` (``warnings.filterwarnings``), turns off the
     transformers and hub progress bars (the ~40 GGUF de-quantization bars of a SmolLM2 load)
     through their environment variables (set only when unset; nothing is imported, so the cell
-    stays fast) and lowers the transformers, datasets and accelerate loggers to errors.
+    stays fast), lowers the transformers, datasets and accelerate loggers to errors and the
+    package's own to warnings (``progress.quiet_logs``).
     ``versions()`` calls it, so the second cell of every notebook does it. Idempotent; never
     raises.
     """
@@ -78,6 +79,9 @@ def quiet() -> None:
         os.environ.setdefault(name, value)
     for name in ("transformers", "datasets", "accelerate", "trl", "peft"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    from envace_lite.progress import quiet_logs
+
+    quiet_logs()  # the package's own INFO lines (loading, rollouts, training steps)
     if "transformers" in sys.modules:  # already imported: switch its bars off directly
         try:
             from transformers.utils import logging as hf_logging
@@ -244,6 +248,40 @@ def runs_root() -> Path:
     """Root of run dirs for notebooks: ``ENVACE_RUNS``, else ``runs/`` at the checkout root
     (a notebook's working directory is ``notebooks/``, so a relative root would land there)."""
     return Path(os.environ.get("ENVACE_RUNS") or REPO_ROOT / "runs")
+
+
+def model_folder(model_dir: str) -> dict[str, Any]:
+    """Config overrides that load the policy from a local model folder, a notebook's
+    ``model_dir`` parameter: ``model.kind="hub"``, ``model.name=model_dir`` (``from_pretrained``
+    reads a folder as it reads a hub name) and ``model.device="auto"`` (CUDA when there is one);
+    the profile's other settings (dtype, LoRA, rendering, caps) stay. "" gives no override.
+
+    Raises:
+        ConfigError: ``model_dir`` is not a folder holding ``config.json``.
+    """
+    if not model_dir:
+        return {}
+    from envace_lite.config import ConfigError
+
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ConfigError(f"model_dir={model_dir!r}: expected a model folder holding "
+                          "config.json (save_pretrained, or a downloaded hub snapshot)")
+    return {"model.kind": "hub", "model.name": str(model_dir), "model.device": "auto"}
+
+
+def what_you_saw(rows: list[tuple[str, str]]) -> None:
+    """Show a notebook's closing "What you just saw" table: one row per question, with the
+    answer this run computed, never cut (``display.max_colwidth`` off).
+
+    Args:
+        rows: ``(question, answer in this run)`` pairs.
+    """
+    import pandas as pd
+    from IPython.display import display
+
+    table = pd.DataFrame(rows, columns=["question", "this run"]).set_index("question")
+    with pd.option_context("display.max_colwidth", None):
+        display(table)
 
 
 def stage_dir(run_dir: str, stage: str, cfg: Config) -> Path:

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import check_profile
+from envace_lite.config import ConfigError, check_profile
 from envace_lite.course.helpers import (
     NOTEBOOKS_DIR,
     check_param_type,
@@ -53,7 +53,7 @@ from envace_lite.course.helpers import (
     parameters_of,
     runs_root,
 )
-from envace_lite.paths import new_run_dir
+from envace_lite.paths import REPO_ROOT, new_run_dir
 from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
 
@@ -62,7 +62,7 @@ log = get_logger(__name__)
 """The committed notebooks (``NN_topic.ipynb``) and ``solutions/``."""
 
 TIMEOUTS = {"smoke": (300, 600), "micro": (1800, 3600), "laptop": (1800, 3600),
-            "gpu": (7200, 14400), "scaled": (7200, 14400)}
+            "colab": (7200, 14400), "gpu": (7200, 14400), "scaled": (7200, 14400)}
 """Per profile: (seconds per cell, wall-clock seconds per notebook)."""
 
 PAPERMILL_TAGS = ("injected-parameters", "papermill-error-cell-tag")
@@ -92,49 +92,146 @@ def discover(source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
 
 
-def _select(paths: list[Path], only: list[str] | None) -> list[Path]:
+RUNNER_PARAMS = ("profile", "seed", "run_dir", "artifacts_dir")
+"""Parameters the runner sets for every notebook (``--profile``, ``--seed``, ``--out``)."""
+
+FOLDER_PARAMS = ("train_run_dir", "checkpoint", "model_dir")
+"""Notebook parameters that name an existing folder when not empty."""
+
+
+def _per_notebook(key: str, value: Any) -> bool:
+    return isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key) is not None
+
+
+def select(paths: list[Path], only: list[str] | None) -> list[Path]:
+    """The notebooks of ``paths`` that ``only`` names (prefixes such as ``02`` or stems), in
+    order; all of them when ``only`` is empty.
+
+    Raises:
+        ConfigError: a name that matches no notebook, naming the notebooks there are.
+    """
     if not only:
         return paths
-    chosen = [p for p in paths if any(p.stem == o or p.stem.startswith(f"{o}_") for o in only)]
-    missing = [o for o in only if not any(p.stem == o or p.stem.startswith(f"{o}_")
-                                          for p in chosen)]
+    hit = lambda p, o: p.stem == o or p.stem.startswith(f"{o}_")  # noqa: E731
+    missing = [o for o in only if not any(hit(p, o) for p in paths)]
     if missing:
-        raise KeyError(f"no notebook matches {missing}: choose from {[p.stem for p in paths]}")
-    return chosen
+        raise ConfigError(f"--only: no notebook matches {missing}: choose from "
+                          f"{', '.join(p.stem for p in paths)}")
+    return [p for p in paths if any(hit(p, o) for o in only)]
+
+
+def _check_folder(stem: str, name: str, value: Any) -> None:
+    if name in FOLDER_PARAMS and isinstance(value, str) and value and not Path(value).is_dir():
+        raise ConfigError(f"notebook {stem} parameter {name}={value!r}: no such folder")
+
+
+def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
+    """Check every parameter of a series against every selected notebook's ``parameters`` cell,
+    before any kernel starts (papermill itself only warns about an unknown name).
+
+    ``extra`` holds shared parameters (``{"suite": "bfcl-base"}``: every notebook that declares
+    it) and per-notebook ones (``{"02": {"task_id": "..."}}``).
+
+    Raises:
+        ConfigError: one line each: a per-notebook key for a notebook outside the series; a name
+            that notebook does not declare (naming the ones it does); a shared name no selected
+            notebook declares (naming the shared ones); a runner parameter (``profile``, ``seed``,
+            ``run_dir``, ``artifacts_dir``: the CLI's options set them); a value of the wrong
+            type (``course.check_param_type``); a folder parameter (``FOLDER_PARAMS``) naming no
+            folder.
+    """
+    declared = {p.stem: parameters_of(p) for p in paths}
+    for key, value in extra.items():
+        if _per_notebook(key, value):
+            stems = [s for s in declared if s == key or s.startswith(f"{key}_")]
+            if not stems:
+                raise ConfigError(f"-p {key}:...: notebook {key} is not in this series "
+                                  f"({', '.join(declared)})")
+            items = [(s, name, v) for s in stems for name, v in value.items()]
+        else:
+            stems = [s for s in declared if key in declared[s]]
+            if key in RUNNER_PARAMS:
+                raise ConfigError(f"-p {key}: set by the runner; use --profile, --seed or --out")
+            if not stems:
+                shared = sorted({n for d in declared.values() for n in d} - set(RUNNER_PARAMS))
+                raise ConfigError(f"no notebook of this series takes a parameter {key!r}: "
+                                  f"they take {', '.join(shared)}")
+            items = [(s, key, value) for s in stems]
+        for stem, name, v in items:
+            if name in RUNNER_PARAMS:
+                raise ConfigError(f"-p {key}:{name}: set by the runner; use --profile, --seed "
+                                  "or --out")
+            if name not in declared[stem]:
+                takes = [n for n in declared[stem] if n not in RUNNER_PARAMS]
+                raise ConfigError(f"notebook {stem} has no parameter {name!r}: it takes "
+                                  f"{', '.join(takes) or 'nothing else'}")
+            check_param_type(name, v, declared[stem][name])
+            _check_folder(stem, name, v)
 
 
 def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The parameters papermill injects into one notebook: the runner's, then the shared ones it
+    declares, then its own (``check_series_params`` has checked them all)."""
     declared = parameters_of(path)
     params = dict(base)
     for key, value in extra.items():
-        if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
+        if _per_notebook(key, value):
             if path.stem == key or path.stem.startswith(f"{key}_"):
-                params.update(value)  # per-notebook: unknown names raise inside the notebook
+                params.update(value)
         elif key in declared:
             params[key] = value
     return params
 
 
-def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
-    """Check the parameters of a series before any kernel starts: every value of a declared
-    parameter has the type of its default (``helpers.check_param_type``). A per-notebook name
-    the notebook does not declare still fails in that notebook's config cell (papermill injects
-    it; ``helpers.check_parameters`` names it).
+def machine_paths(series: Path) -> list[tuple[str, str]]:
+    """``(absolute path, what a hand-out shows instead)``, longest first: the series dir (its
+    name), the repository (``.``), the Python prefix (``<python>``) and the home folder (``~``)."""
+    pairs = {str(Path(series).resolve()): Path(series).name, str(Path(series)): Path(series).name,
+             str(REPO_ROOT): ".", sys.prefix: "<python>", sys.base_prefix: "<python>",
+             str(Path.home()): "~"}
+    return sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: -len(kv[0]))
 
-    Raises:
-        ConfigError: a value of the wrong type, naming the parameter.
+
+def scrub_paths(executed: Path, series: Path) -> int:
+    """Replace the machine's absolute paths (``machine_paths``) in the outputs of an executed
+    notebook, in the cell papermill injected and in papermill's metadata, in place, so that
+    neither it nor its HTML export shows them. The committed cells' sources are kept.
+
+    Returns:
+        The number of outputs changed.
     """
-    for path in paths:
-        declared = parameters_of(path)
-        for key, value in extra.items():
-            if isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key):
-                if not (path.stem == key or path.stem.startswith(f"{key}_")):
-                    continue
-                for name, v in value.items():
-                    if name in declared:
-                        check_param_type(name, v, declared[name])
-            elif key in declared:
-                check_param_type(key, value, declared[key])
+    import nbformat
+
+    pairs = machine_paths(series)
+
+    def clean(text: str) -> str:
+        for old, new in pairs:
+            text = text.replace(old, new)
+        return text
+
+    nb = nbformat.read(str(executed), as_version=4)
+    changed = 0
+    if "papermill" in nb.metadata:  # input/output paths and the injected parameters
+        nb.metadata["papermill"] = json.loads(clean(json.dumps(nb.metadata["papermill"])))
+    for cell in nb.cells:
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = clean(cell.source)
+        for out in cell.get("outputs", []):
+            before = json.dumps(out)
+            if "text" in out:
+                out["text"] = clean(out["text"] if isinstance(out["text"], str)
+                                    else "".join(out["text"]))
+            for mime in ("text/plain", "text/html", "text/markdown"):
+                if mime in out.get("data", {}):
+                    v = out["data"][mime]
+                    out["data"][mime] = clean(v if isinstance(v, str) else "".join(v))
+            if "traceback" in out:
+                out["traceback"] = [clean(t) for t in out["traceback"]]
+            if "evalue" in out:
+                out["evalue"] = clean(out["evalue"])
+            changed += json.dumps(out) != before
+    nbformat.write(nb, str(executed))
+    return changed
 
 
 def _failure(executed: Path) -> tuple[int | None, str]:
@@ -262,6 +359,7 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
             f"ran past its wall-clock bound of {timeout} s (cell {cell})" if timed_out
             else what))
     if executed.exists():
+        scrub_paths(executed, stage.parent)
         record["html"] = export_html(executed).name
     record["figures"] = sorted(p.name for p in stage.iterdir()
                                if p.suffix.lower() in (".png", ".svg", ".jpg"))
@@ -290,18 +388,12 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
     Raises:
         NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
             kept, and the index is written first.
-        ConfigError: an unknown profile, or a parameter of the wrong type or undeclared by its
-            notebook; raised before any kernel starts.
-        KeyError: ``notebooks`` names a notebook that does not exist.
-        ValueError: a shared parameter no selected notebook declares.
+        ConfigError: before any kernel starts, one line: an unknown profile, a notebook that does
+            not exist, or a parameter that fails ``check_series_params``.
     """
     check_profile(profile)
-    paths = _select(discover(Path(source_dir)), notebooks)
+    paths = select(discover(Path(source_dir)), notebooks)
     extra = dict(parameters or {})
-    for key, value in extra.items():
-        shared = not (isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key))
-        if shared and not any(key in parameters_of(p) for p in paths):
-            raise ValueError(f"parameter {key!r} is declared by none of {[p.stem for p in paths]}")
     check_series_params(paths, extra)
     cell_t, nb_t = TIMEOUTS.get(profile, TIMEOUTS["laptop"])
     cell_timeout, timeout = cell_timeout or cell_t, timeout or nb_t
@@ -413,12 +505,17 @@ __all__ = [
     "NOTEBOOKS_DIR",
     "PAPERMILL_TAGS",
     "TIMEOUTS",
+    "FOLDER_PARAMS",
+    "RUNNER_PARAMS",
     "NotebookFailed",
+    "check_series_params",
     "discover",
     "export_html",
     "minimal_html",
     "run_notebook",
     "run_series",
     "running_cell",
+    "scrub_paths",
+    "select",
     "write_index",
 ]

@@ -21,6 +21,7 @@ Usage::
     from envace_lite.models.load import load_policy
     model, tokenizer = load_policy("smoke")              # eval mode, left padding
     model, tokenizer = load_policy(cfg, train=True)      # LoRA-wrapped when cfg.model.lora_r > 0
+                                                         # (fp32 adapter, seeded by run.seed)
 """
 from __future__ import annotations
 
@@ -362,7 +363,9 @@ def load_policy(profile_or_config: str | Config, train: bool = False) -> tuple[A
             finalized ``Config``.
         train: False returns the model in eval mode (an adapter checkpoint is applied but frozen).
             True returns it in train mode; with ``model.lora_r > 0`` the model is wrapped by
-            ``peft.get_peft_model`` (or an adapter checkpoint is loaded trainable).
+            ``peft.get_peft_model`` (or an adapter checkpoint is loaded trainable). The adapter
+            is initialised from ``run.seed`` (``with_lora``) and kept in fp32 on any base dtype
+            (``adapter_to_fp32``).
 
     Returns:
         ``(model, tokenizer)``: the model in ``model.dtype`` on ``model.device``; the tokenizer
@@ -400,10 +403,38 @@ def load_policy(profile_or_config: str | Config, train: bool = False) -> tuple[A
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tok.pad_token_id
 
-    if train and m.lora_r > 0 and not hasattr(model, "peft_config"):
-        from peft import get_peft_model
-
-        model = get_peft_model(model, _lora_config(m))
     model = model.to(device=device, dtype=_dtype(m.dtype))
+    if train and m.lora_r > 0 and not hasattr(model, "peft_config"):
+        model = with_lora(model, m, cfg.run.seed)
+    adapter_to_fp32(model)
     model.train(train)
     return model, tok
+
+
+def with_lora(model: Any, m: ModelConfig, seed: int) -> Any:
+    """``peft.get_peft_model`` with the adapter's random init drawn from ``seed`` (Hu et al.,
+    2021: ``lora_A`` random, ``lora_B`` zero), so that two fresh loads of one config start from
+    the same adapter. The global RNGs are left untouched.
+    """
+    from peft import get_peft_model
+
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return get_peft_model(model, _lora_config(m))
+
+
+def adapter_to_fp32(model: Any) -> int:
+    """Keep every LoRA parameter in fp32 on a bf16/fp16 base (in place).
+
+    At the GPU profiles' learning rates an update is far below bf16's resolution (one AdamW step
+    of about 1e-5 on entries of about 1e-2, where bf16's spacing is about 4e-5), so a bf16 adapter
+    barely moves; the optimizer state follows the parameters' dtype. PEFT casts each layer's
+    input to the adapter's dtype and its output back. Returns the number of tensors cast.
+    """
+    n = 0
+    for name, p in model.named_parameters():
+        if "lora_" in name and p.dtype != torch.float32:
+            p.data = p.data.float()
+            n += 1
+    return n

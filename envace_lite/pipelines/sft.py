@@ -35,7 +35,7 @@ from typing import Any
 from envace_lite import protocol
 from envace_lite.config import Config, get_config
 from envace_lite.llm.generation import chat_ids
-from envace_lite.progress import get_logger
+from envace_lite.progress import get_logger, quiet_trainer
 from envace_lite.core.transcripts import (
     TranscriptSet,
     build_transcripts,
@@ -89,6 +89,7 @@ def sft_rows(ts: TranscriptSet, tokenizer: Any, max_length: int, token_budget: i
     stats = {
         "rows_built": len(lengths[0]) + len(lengths[1]),
         "rows_too_long": sum(n > max_length for n in lengths[0] + lengths[1]),
+        "shortest_row": min(lengths[0] + lengths[1], default=0),
         "rows_kept": len(kept), "act_rows": sum(r["role"] == 0 for r in kept),
         "rehearse_rows": sum(r["role"] for r in kept), "tokens": total,
         "loss_tokens": sum(sum(r["completion_mask"]) for r in kept),
@@ -96,6 +97,33 @@ def sft_rows(ts: TranscriptSet, tokenizer: Any, max_length: int, token_budget: i
         "max_length": max_length, "token_budget": token_budget, "act_share": act_share,
     }
     return kept, stats
+
+
+def check_rows(stats: dict[str, Any]) -> None:
+    """Refuse a warm start with no row to train on, in one line (TRL's ``SFTTrainer`` would stop
+    on an empty dataset with a bare ``StopIteration``).
+
+    Args:
+        stats: the second value of ``sft_rows``.
+
+    Raises:
+        ConfigError: every row is longer than ``warmstart.max_length`` (naming the shortest row's
+            length), or the token budget admits none, or there were no transcripts.
+    """
+    from envace_lite.config import ConfigError
+
+    if stats["rows_kept"]:
+        return
+    if not stats["rows_built"]:
+        raise ConfigError("the warm start built no transcript rows: check warmstart.sft_share "
+                          "and grpo.suites")
+    if stats["rows_too_long"] == stats["rows_built"]:
+        raise ConfigError(f"warmstart.max_length={stats['max_length']}: all "
+                          f"{stats['rows_built']} SFT rows are longer (the shortest has "
+                          f"{stats['shortest_row']} tokens); set warmstart.max_length >= "
+                          f"{stats['shortest_row']} (rows are skipped, never truncated)")
+    raise ConfigError(f"warmstart.token_budget={stats['token_budget']}: no SFT row fits it; raise "
+                      "it, or set 0 for no budget")
 
 
 def _mean(xs: list[int]) -> float:
@@ -166,16 +194,22 @@ def run_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], cfg: C
     w = cfg.warmstart
     data = Dataset.from_list([{k: r[k] for k in ("input_ids", "completion_mask")} for r in rows])
     cpu = cfg.model.device == "cpu" or not torch.cuda.is_available()
+    # mixed precision on GPU follows the weights: bf16, or fp16 with a loss scaler when the
+    # trained parameters are the fp32 LoRA adapter (a T4 has no bf16)
+    fp16 = not cpu and cfg.model.dtype == "float16" and cfg.model.lora_r > 0
     args = SFTConfig(
         output_dir=str(out_dir), num_train_epochs=w.epochs, max_steps=w.max_steps or -1,
         per_device_train_batch_size=w.batch_size, learning_rate=w.learning_rate,
         lr_scheduler_type="cosine", warmup_steps=w.warmup_steps, weight_decay=0.0,
         max_length=w.max_length, completion_only_loss=True, packing=False,
         logging_steps=max(1, w.logging_steps), save_strategy="no", report_to="none",
-        seed=cfg.run.seed, use_cpu=cpu, bf16=w.bf16 and not cpu, disable_tqdm=not cfg.run.progress,
+        seed=cfg.run.seed, use_cpu=cpu, fp16=fp16,
+        bf16=not cpu and (w.bf16 or cfg.model.dtype == "bfloat16"),
+        gradient_checkpointing=not cpu, disable_tqdm=not cfg.run.progress,
         dataloader_num_workers=0, train_sampling_strategy="group_by_length",
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    quiet_trainer(trainer, progress_bar=cfg.run.progress)  # loss rows go to metrics.jsonl
     start = time.perf_counter()
     trainer.train()
     losses = [r for r in trainer.state.log_history if "loss" in r]
@@ -233,6 +267,7 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     ts = build_transcripts(tasks, cfg, tok)
     w = cfg.warmstart
     rows, row_stats = sft_rows(ts, tok, w.max_length, w.token_budget, cfg.run.seed, w.act_share)
+    check_rows(row_stats)
     summary.update(transcripts=ts.stats, rows=row_stats,
                    rl_tasks=len(training_tasks(cfg, "rl")))
     if world:  # beyond the paper: grounded REHEARSE rows of RL-split tasks, after the gold's
@@ -260,5 +295,5 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     return run_dir
 
 
-__all__ = ["CHECKPOINT", "first_turn_call_rates", "run_sft", "save_checkpoint", "sft_rows",
-           "warmstart"]
+__all__ = ["CHECKPOINT", "check_rows", "first_turn_call_rates", "run_sft", "save_checkpoint",
+           "sft_rows", "warmstart"]

@@ -120,6 +120,8 @@ def grpo_args(cfg: Config, output_dir: str | Path) -> Any:
         gradient_checkpointing=not cpu, use_cpu=cpu,
         # bf16 mixed precision on GPU for bf16 profiles (DeepSpeed's "bf16": "auto" follows it)
         bf16=not cpu and cfg.model.dtype == "bfloat16",
+        # fp16 (a T4): mixed precision with a loss scaler over the fp32 LoRA adapter
+        fp16=not cpu and cfg.model.dtype == "float16" and cfg.model.lora_r > 0,
         report_to="none", disable_tqdm=True, logging_steps=1, log_completions=False,
         save_strategy="steps", save_steps=g.save_every, save_total_limit=1,
         dataloader_num_workers=0,

@@ -1,0 +1,41 @@
+"""Bad inputs to ``envace-lite notebooks``: one line, exit 2, and no notebook started.
+
+Every case runs the real command (typer's runner) with ``ENVACE_RUNS`` in a fresh folder; the
+series folder must not exist afterwards, which shows that the check ran before any kernel.
+"""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from envace_lite.cli.main import app
+
+CASES = [
+    (["--profile", "smok"], "unknown profile 'smok': choose one of"),
+    (["--profile", "smoke", "--only", "00,02", "-p", "02:task_index=3"],
+     "notebook 02_act_and_rehearse has no parameter 'task_index': it takes"),
+    (["--profile", "smoke", "--only", "04", "-p", "04:train_run_dir=NOWHERE"],
+     "train_run_dir='NOWHERE': no such folder"),
+    (["--profile", "smoke", "--only", "09"], "no notebook matches ['09']"),
+    (["--profile", "smoke", "--only", "00", "-p", "02:task_id=x"],
+     "-p 02:...: notebook 02 is not in this series"),
+    (["--profile", "smoke", "--only", "00,01", "-p", "sute=bfcl-base"],
+     "no notebook of this series takes a parameter 'sute'"),
+    (["--profile", "smoke", "--only", "01", "-p", "01:task_index=abc"],
+     "notebook parameter task_index='abc': expected int"),
+    (["--profile", "smoke", "--only", "01", "-p", "seed=3"],
+     "-p seed: set by the runner"),
+    (["--profile", "smoke", "-p", "02task_id"], "use name=value or NN:name=value"),
+]
+
+
+@pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_series_input_is_one_line_before_any_notebook(args, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    out = tmp_path / "series"
+    result = CliRunner().invoke(app, ["notebooks", *args, "--out", str(out)])
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert message in lines[0]
+    assert not out.exists() and not (tmp_path / "runs").exists()
