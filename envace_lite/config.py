@@ -342,6 +342,11 @@ class WarmStartConfig:
     a leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
     error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
     seen an error. The environment is not in the RL loop."""
+    error_kinds: Literal["hash", "all"] = "hash"
+    """Which id errors ``error_rows`` adds: ``hash``, the ``#`` slip only; ``all``, also one row
+    each for a mis-copied id (one or two digits changed) and an absent id (every digit changed),
+    each with the real environment's error (``transcripts.id_error_example``): the errors a
+    trained policy's failed calls show."""
     world_rows: int = 0
     """Beyond the paper: the grounded REHEARSE rows of this many RL-split train tasks (a seeded
     draw, ``world_rows.world_tasks``) join the SFT rows, every one with its task's grounding

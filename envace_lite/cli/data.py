@@ -117,25 +117,33 @@ def drills_generate(
     tier: list[str] = typer.Option(None, help="tier(s) (default all)"),
     count: int | None = typer.Option(None, help="at most this many drills per tier"),
     out: str = typer.Option("", help="write the drills as JSONL here ('' = counts only)"),
+    version: int = typer.Option(1, help="generator version: 1, or 2 (retail: facts copied from "
+                                "observations)"),
 ) -> None:
-    """Generate drills from tau2's real database; prints counts and skipped drills per reason."""
+    """Generate drills from tau2's real database; prints counts and skipped drills per reason
+    (and, for version 2 with every tier, the held-out slices' sizes)."""
     from dataclasses import asdict
     from envace_lite.drills.generate import generate, skipped_by_reason
 
-    gen = generate(domain, seed, tiers=tier or None, count=count)
+    gen = generate(domain, seed, tiers=tier or None, count=count, version=version)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text("".join(json.dumps(asdict(d)) + "\n" for d in gen.drills))
     reasons = skipped_by_reason(gen.skipped)
-    typer.echo(json.dumps({"domain": domain, "seed": seed, "drills": len(gen.drills),
-                           "counts": gen.counts(), "skipped": len(gen.skipped),
-                           "skipped_by_reason": reasons}, indent=1))
+    summary = {"domain": domain, "seed": seed, "version": version, "drills": len(gen.drills),
+               "counts": gen.counts(), "skipped": len(gen.skipped), "skipped_by_reason": reasons}
+    if version >= 2 and not tier and count is None:
+        from envace_lite.drills.slices import held_out_slices
+
+        summary["slices"] = {k: len(v) for k, v in held_out_slices(gen).items()}
+    typer.echo(json.dumps(summary, indent=1))
 
 
 @drills_app.command("show")
 @drill_errors
 def drills_show(
-    suite: str = typer.Option("tau2-retail-drills", help="tau2-retail-drills | tau2-airline-drills"),
+    suite: str = typer.Option("tau2-retail-drills", help="tau2-retail-drills | tau2-airline-drills "
+                              "| tau2-retail-drills-v2"),
     drill_id: str = typer.Argument(..., help="a drill id, e.g. lookup:W2611340"),
 ) -> None:
     """Print one registered drill (message, tools, gold, what must be communicated)."""
@@ -152,43 +160,86 @@ def drills_show(
 @drill_errors
 def drills_baselines(
     suite: list[str] = typer.Option(["tau2-retail-drills"], help="drill suite(s)"),
-    split: str = typer.Option("test", help="train | test | all"),
+    split: str = typer.Option("test", help="train | test | all; on a v2 suite also validation | "
+                              "confirmation | rest"),
     limit: int = typer.Option(0, help="first N drills of the split (0 = all)"),
-    out: str = typer.Option("", help="write the JSON report here"),
+    out: str = typer.Option("", help="write the JSON report here (with every per-task score)"),
 ) -> None:
     """Score the scripted baselines (do nothing, always refuse, always write, guess the
-    commonest fact) with tau2's evaluator; prints success per baseline, overall and per tier."""
-    from envace_lite.envs import make_env
-    from envace_lite.drills.baselines import BASELINES, baseline_turns, play
+    commonest fact, the tier template, enumerate every candidate) with the suite's score (tau2's
+    evaluator; on v2 also the drill-side reply check); prints success per baseline, overall, per
+    tier and per class (read, write, refusal)."""
+    from envace_lite.drills.baselines import BASELINES, score_baselines
     from envace_lite.drills.suite import task_ids
 
     first_tasks([], limit, "--limit")
     # every suite's ids first: a suite that is no drill suite, or an unknown split, is refused
     # (a KeyError naming the choices) before any baseline plays
-    ids_of = {s: first_tasks(task_ids(s, split), limit, "--limit") for s in suite}
+    for s in suite:
+        task_ids(s, split)
     report: dict = {"split": split, "suites": {}}
     for s in suite:
-        start = time.perf_counter()
-        ids = ids_of[s]
-        per: dict = {b: {} for b in BASELINES}
-        for tid in progress(ids, desc=s):
-            env = make_env(s, tid)
-            try:
-                for b in BASELINES:
-                    r, _ = play(env, baseline_turns(env.drill, b))
-                    per[b].setdefault(env.drill.tier, []).append(r)
-            finally:
-                env.close()
-        report["suites"][s] = {
-            "tasks": len(ids), "seconds": round(time.perf_counter() - start, 1),
-            **{b: {"success": sum(sum(v) for v in per[b].values()) / max(1, len(ids)),
-                   "per_tier": {t: sum(v) / len(v) for t, v in per[b].items()}}
-               for b in BASELINES}}
-    text = json.dumps(report, indent=1)
+        rep = score_baselines(s, split, limit)
+        report["suites"][s] = rep
+        for b in BASELINES:
+            v = rep["baselines"][b]
+            typer.echo(f"{s} {split} ({rep['tasks']} drills) {b}: {100 * v['success']:.1f} % "
+                       f"(tau2 alone {100 * v['tau2_success']:.1f} %); per tier "
+                       + ", ".join(f"{t} {100 * x:.0f} %" for t, x in v["per_tier"].items())
+                       + "; per class "
+                       + ", ".join(f"{c} {100 * x:.0f} %" for c, x in v["per_class"].items()))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text + "\n")
-    typer.echo(text)
+        Path(out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+@drills_app.command("explain")
+@drill_errors
+def drills_explain(
+    baselines: str = typer.Option(..., help="the JSON of `drills baselines --out` on the same drills"),
+    run: list[str] = typer.Option(..., help="a run's summary.json (shipped or finished)"),
+    start: list[str] = typer.Option([], help="per run, its start instead of its after_sft point: a "
+                                    "summary.json (its after_sft) or a per-task JSON"),
+    baseline: str = typer.Option("tier_template", help="the baseline that explains"),
+    step: int = typer.Option(-1, help="the RL step compared (-1: the last point)"),
+    out: str = typer.Option("", help="write the JSON here"),
+) -> None:
+    """Per run: the share of its held-out successes that a no-call baseline also scores, its gain
+    on the drills that baseline fails, its write-drill successes; then the gain of the runs'
+    per-task mean over their starts' (paired 95 % CIs)."""
+    from pathlib import Path
+
+    from envace_lite.drills.record import explained, per_task_of, pooled_gain
+
+    if start and len(start) != len(run):
+        raise ValueError(f"give one --start per --run ({len(run)}), or none")
+    rep = json.loads(Path(baselines).read_text())
+    base: dict = {}
+    for suite_rep in rep["suites"].values():
+        if baseline not in suite_rep["baselines"]:
+            raise KeyError(f"unknown baseline {baseline!r}: choose one of "
+                           f"{list(suite_rep['baselines'])}")
+        base.update(suite_rep["baselines"][baseline]["per_task"])
+    finals, starts, rows = [], [], {}
+    for k, r in enumerate(run):
+        final = per_task_of(r, step=None if step < 0 else step)  # its last point at that step
+        first = per_task_of(start[k] if start else r, stage="after_sft")
+        finals.append(final)
+        starts.append(first)
+        rows[r] = explained(final, first, base)
+        e = rows[r]
+        g = e["baseline_fails"]
+        typer.echo(f"{r}: {e['successes']} successes, {e['also_baseline']} also {baseline}'s "
+                   f"({100 * (e['share'] or 0):.0f} %); on the {g['tasks']} drills it fails "
+                   f"{100 * g['diff']:+.1f} [{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}]; "
+                   f"write drills passed {e['write_successes']}")
+    pooled = pooled_gain(starts, finals)
+    typer.echo(f"pooled gain over the starts ({len(run)} runs): {100 * pooled['diff']:+.1f} "
+               f"[{100 * pooled['lo']:+.1f}, {100 * pooled['hi']:+.1f}] on {pooled['tasks']} drills")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"baseline": baseline, "step": step, "runs": rows,
+                                         "starts": start, "pooled_gain": pooled}, indent=1) + "\n")
 
 
 @drills_app.command("report")

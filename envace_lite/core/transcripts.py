@@ -337,6 +337,100 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
                            "gold" if gold else "none")
 
 
+ID_ERRORS = ("digit", "absent")
+"""The id errors of ``id_error_example`` besides the ``#`` slip (``slip_example``): ``digit``
+mis-copies one or two digits of an id, ``absent`` writes an id of the same shape whose every
+digit differs (an id the database does not hold)."""
+
+
+def corrupt_id(value: str, kind: str, rng: random.Random) -> str:
+    """``value`` with one of a policy's id errors (``ID_ERRORS``): ``digit`` replaces one or two of
+    its digits, ``absent`` every digit, each by a different digit drawn from ``rng``. Characters
+    that are not digits (``#``, letters, ``@``) are kept, so the result has the id's shape.
+
+    Raises:
+        KeyError: an unknown ``kind`` (the message names ``ID_ERRORS``).
+        ValueError: ``value`` holds no digit.
+    """
+    if kind not in ID_ERRORS:
+        raise KeyError(f"unknown id error {kind!r}: choose from {list(ID_ERRORS)}")
+    digits = [i for i, ch in enumerate(value) if ch.isdigit()]
+    if not digits:
+        raise ValueError(f"{value!r} holds no digit to corrupt")
+    chosen = digits if kind == "absent" else sorted(rng.sample(digits, min(len(digits),
+                                                                          rng.choice((1, 2)))))
+    out = list(value)
+    for i in chosen:
+        out[i] = rng.choice([d for d in "0123456789" if d != value[i]])
+    return "".join(out)
+
+
+def id_error_example(task: Task, cfg: Config, count_tokens: Any, gold: bool,
+                     kind: str) -> RehearseExample | None:
+    """One REHEARSE row for an id error a policy makes (``warmstart.error_kinds="all"``; beyond
+    the paper): a gold call of the first user turn, drawn with
+    ``random.Random(f"{kind}:{suite}:{task id}")`` among those with a string argument that holds a
+    digit, with that argument corrupted (``corrupt_id``). The gold calls before it and the
+    corrupted call run in a fresh real environment of the task; the corrupted call's real
+    observation (tau2's error, e.g. ``Error: Order not found``) is the target. The prompt is the
+    REHEARSE prompt of that call after the gold replies and real observations before it.
+
+    Returns:
+        The row, or None when no gold call has such an argument, when the corrupted call did not
+        get an error (nothing to learn), or when the task's environment needs a USER simulator.
+
+    Raises:
+        KeyError: an unknown ``kind``.
+    """
+    from envace_lite.envs import make_env
+
+    if kind not in ID_ERRORS:
+        raise KeyError(f"unknown id error {kind!r}: choose from {list(ID_ERRORS)}")
+    replies = _replies(task, 0) if task.grounding else []
+    pairs = [p for reply in replies for p in reply]
+    rng = random.Random(f"{kind}:{task.suite}:{task.id}")
+    slots = [(j, k) for j, p in enumerate(pairs) for k, v in p["call"]["arguments"].items()
+             if isinstance(v, str) and any(ch.isdigit() for ch in v)]
+    if not slots:
+        return None
+    j, key = rng.choice(slots)
+    call = pairs[j]["call"]
+    bad = ToolCall(call["name"], {**call["arguments"],
+                                  key: corrupt_id(call["arguments"][key], kind, rng)})
+    try:
+        env = make_env(task.suite, task.id)
+    except RuntimeError as exc:  # a suite that needs a USER simulator endpoint
+        log.warning("%s: no %s row (%s)", task.id, kind, exc)
+        return None
+    try:
+        env.reset()
+        for p in pairs[:j]:
+            env.step([ToolCall(p["call"]["name"], copy.deepcopy(p["call"]["arguments"]))])
+        obs = env.step([bad])[0]
+    finally:
+        env.close()
+    if not obs.error:
+        return None
+    rc = cfg.rollout
+    history = [{"role": m["role"], "content": m["content"]}
+               for m in task.messages if m["role"] != "system"]
+    for reply in replies:
+        if reply[0] is pairs[j]:
+            break
+        history.append({"role": "assistant", "content": protocol.assistant_text(
+            [ToolCall(p["call"]["name"], p["call"]["arguments"]) for p in reply])})
+        history.append(protocol.tool_response_message(
+            [Observation(**p["observation"]) for p in reply]))
+    history.append({"role": "assistant", "content": protocol.assistant_text([bad])})
+    flat = [g for turn in task.grounding for g in turn]
+    rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, bad,
+                                    count_tokens, rc.max_prompt_tokens, rc.rendering)
+    return RehearseExample(task.id, task.suite, 0, rp.messages,
+                           protocol.rehearsal_text(obs.content),
+                           {"name": bad.name, "arguments": bad.arguments}, obs.to_dict(),
+                           "gold" if gold else "none")
+
+
 def approx_tokens(text: str) -> int:
     """A tokenizer-free count (chars / 3) for trimming before a tokenizer exists."""
     return len(text) // 3 + 1
@@ -350,10 +444,12 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         tasks: train-split tasks (``ValueError`` otherwise).
         cfg: reads ``rollout``, ``run.seed`` and the two options beyond the paper,
             ``warmstart.memory_share`` (memory transcripts, ``memory_transcript``) and
-            ``warmstart.error_rows`` (slip rows, ``slip_example``: each runs one real call in a
-            fresh environment). ``stats`` counts the gold's rows (``act_outputs`` and
-            ``rehearse_examples`` leave the extra rows out) and the extras apart
-            (``memory_transcripts``, ``slip_rows``).
+            ``warmstart.error_rows`` (slip rows, ``slip_example``, and with
+            ``warmstart.error_kinds="all"`` the mis-copied and absent id rows,
+            ``id_error_example``: each runs real calls in a fresh environment). ``stats``
+            counts the gold's rows (``act_outputs`` and ``rehearse_examples`` leave the extra
+            rows out) and the extras apart (``memory_transcripts``, ``slip_rows``,
+            ``id_error_rows``).
         tokenizer: counts REHEARSE prompt tokens for trimming; ``approx_tokens`` when None.
         seed: seeds the grounding drop (``random.Random(seed)``, one draw per task, in order);
             ``cfg.run.seed`` when None.
@@ -366,6 +462,7 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
     memory_rng = random.Random(f"memory:{cfg.run.seed if seed is None else seed}")
     memories, gold_act = 0, []
     slips: list[RehearseExample] = []
+    id_errors: list[RehearseExample] = []
     for task in tasks:
         gold = rng.random() >= cfg.rollout.grounding_drop_p
         act, rehearse = task_transcripts(task, cfg, count, gold)
@@ -381,6 +478,11 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
             ex = slip_example(task, cfg, count, gold)
             if ex is not None:
                 slips.append(ex)
+            if w.error_kinds == "all":
+                for kind in ID_ERRORS:
+                    ex = id_error_example(task, cfg, count, gold, kind)
+                    if ex is not None:
+                        id_errors.append(ex)
     out.stats = {
         "tasks": len(tasks),
         "act_outputs": sum(len(a.outputs) for a in gold_act),
@@ -390,8 +492,9 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         "flagged_gold_calls": sum(f.startswith("gold_call_error:") for t in tasks for f in t.flags),
         "suites": sorted({t.suite for t in tasks}),
         "memory_transcripts": memories, "slip_rows": len(slips),
+        "id_error_rows": len(id_errors),
     }
-    out.rehearse.extend(slips)  # after the counts, which are the gold's own
+    out.rehearse.extend(slips + id_errors)  # after the counts, which are the gold's own
     return out
 
 
@@ -424,8 +527,8 @@ def encode_rehearse(ex: RehearseExample, tokenizer: Any) -> tuple[list[int], lis
 
 
 __all__ = [
-    "TERMINAL_CALLS", "ActTranscript", "RehearseExample", "TranscriptSet", "approx_tokens",
-    "build_transcripts", "closing_text", "encode_act", "encode_rehearse", "heldout_tasks",
-    "require_train", "scenario_key", "sft_fraction", "split_sft_rl", "task_transcripts",
-    "training_tasks", "truncate_user_turns",
+    "ID_ERRORS", "TERMINAL_CALLS", "ActTranscript", "RehearseExample", "TranscriptSet",
+    "approx_tokens", "build_transcripts", "closing_text", "corrupt_id", "encode_act",
+    "encode_rehearse", "heldout_tasks", "id_error_example", "require_train", "scenario_key",
+    "sft_fraction", "split_sft_rl", "task_transcripts", "training_tasks", "truncate_user_turns",
 ]

@@ -4,16 +4,19 @@ Beyond the paper and outside its mechanisms: ``core``, ``envs`` and ``models`` n
 package (``tests/test_imports.py``). Importing it registers what it adds to their registries
 (``plugins.py`` imports it when a name is first asked for):
 
-- the drill suites ``tau2-retail-drills`` and ``tau2-airline-drills`` (``suite.py``) with
-  ``envs.register_suites``;
+- the drill suites ``tau2-retail-drills``, ``tau2-airline-drills`` (generator v1) and
+  ``tau2-retail-drills-v2`` (``suite.py``) with ``envs.register_suites``;
 - the micro bases of ``model.pretrain`` that are trained on first use (the copy warm-up's
   levers and domain pretraining, ``copy_warmup.py``, ``pretrain.py``) with
   ``models.micro.register_base``; the ``drills`` profile's own copy warm-up is the shipped base
   (``models.micro_base``), which ``copy_warmup.build_base`` rebuilds.
 
-Modules: ``spec`` (what a drill is, tiers, split rule), ``generate`` (the solver that writes
-drills), ``suite`` (the registered suites and ``DrillEnv``), ``baselines`` (scripted players),
-``copy_warmup`` and ``pretrain`` (the pretrained micro bases), ``report`` (held-out tables and figures).
+Modules: ``spec`` (what a drill is, tiers, split rule, generator versions), ``solver`` (the
+scripted solver), ``generate`` (``generate``; the v1 tiers) and ``generate_v2`` (the v2 tiers),
+``slices`` (v2's held-out slices), ``check`` (v2's drill-side reply check), ``suite`` (the
+registered suites and ``DrillEnv``), ``baselines`` (scripted players), ``record`` (what a shipped
+result explains), ``copy_warmup`` and ``pretrain`` (the pretrained micro bases), ``report``
+(held-out tables and figures).
 """
 from __future__ import annotations
 

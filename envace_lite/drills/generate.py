@@ -16,8 +16,6 @@ Usage::
 """
 from __future__ import annotations
 
-import copy
-import json
 import random
 from collections.abc import Iterable
 from typing import Any
@@ -25,72 +23,19 @@ from typing import Any
 from envace_lite.drills.spec import (
     AIRLINE_NOW,
     DEFAULT_SEED,
-    TIER_TOOLS,
+    GENERATOR_VERSION,
+    TIERS,
     Drill,
     Generation,
     check_seed,
     check_tiers,
-    test_user,
+    check_version,
 )
-from envace_lite.envs.tau2 import Tau2ToolCall, new_environment
-
-
-# ---------------------------------------------------------------------------------------------
-# The scripted solver: every gold call runs in the real tau2 environment
-# ---------------------------------------------------------------------------------------------
-class _Skip(Exception):
-    """A drill the solver cannot build; the message is the reason."""
-
-
-class _Solver:
-    """Runs calls in one real tau2 environment of ``domain``.
-
-    Reads share the environment. A write runs inside ``scratch(...)``, which snapshots the
-    objects the write may touch and puts them back after; ``generate`` checks at the end that the
-    database hash equals the pristine one, so a leaked write cannot go unnoticed.
-    """
-
-    def __init__(self, domain: str) -> None:
-        self.env = new_environment(domain)
-        self.db = self.env.tools.db
-        self.n = 0
-
-    def call(self, name: str, **arguments: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.n += 1
-        msg = self.env.get_response(Tau2ToolCall(id=f"solver_{self.n}", name=name,
-                                                 arguments=arguments, requestor="assistant"))
-        return ({"name": name, "arguments": copy.deepcopy(arguments)},
-                {"content": msg.content or "", "error": bool(msg.error)})
-
-    def ok(self, name: str, **arguments: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
-        """A call that must succeed; returns ``(call, observation, parsed JSON or text)``."""
-        c, o = self.call(name, **arguments)
-        if o["error"]:
-            raise _Skip(f"solver call {name} failed: {o['content'][:120]}")
-        try:
-            value = json.loads(o["content"])
-        except json.JSONDecodeError:
-            value = o["content"]
-        return c, o, value
-
-    def scratch(self, tables: dict[str, list[str]]) -> Any:
-        solver = self
-
-        class _Scratch:
-            def __enter__(self_inner):
-                self_inner.saved = {t: {k: copy.deepcopy(getattr(solver.db, t)[k]) for k in keys}
-                                    for t, keys in tables.items()}
-
-            def __exit__(self_inner, *exc):
-                for t, objs in self_inner.saved.items():
-                    getattr(solver.db, t).update(objs)
-                return False
-
-        return _Scratch()
-
-
-def _pick(rng: random.Random, options: list[str], **fmt: Any) -> str:
-    return rng.choice(options).format(**fmt)
+from envace_lite.drills.generate_v2 import retail_v2
+from envace_lite.drills.solver import Skip as _Skip
+from envace_lite.drills.solver import Solver as _Solver
+from envace_lite.drills.solver import make_drill as _drill
+from envace_lite.drills.solver import pick as _pick
 
 
 def _retail(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
@@ -109,12 +54,6 @@ def _retail(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iter
         for uid in sorted(db.users):
             if len(db.users[uid].orders) == 1:
                 yield _retail_two_hop(solver, rng, uid)
-
-
-def _drill(tier: str, entity: str, domain: str, uid: str, **kw: Any) -> Drill:
-    return Drill(id=f"{tier}:{entity}", domain=domain, tier=tier,
-                 split="test" if test_user(uid) else "train", user_id=uid,
-                 tools=list(TIER_TOOLS[(domain, tier)]), **kw)
 
 
 def _retail_lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
@@ -321,7 +260,7 @@ def _interleave(drills: list[Drill], tiers: tuple[str, ...]) -> list[Drill]:
 
 
 def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None = None,
-             count: int | None = None) -> Generation:
+             count: int | None = None, version: int = GENERATOR_VERSION) -> Generation:
     """Generate the drills of one tau2 domain from its real database.
 
     Args:
@@ -329,16 +268,20 @@ def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None 
         seed: phrasing, choices and list order (``0 <= seed <= 2**31 - 1``).
         tiers: a subset of ``TIERS[domain]`` (default all).
         count: keep at most this many drills per tier (``>= 1``; default all).
+        version: the generator version (``spec.GENERATOR_VERSIONS``): 1 (this module's tiers,
+            byte-reproducible) or 2 (retail only: every drill asks for a fact copied from an
+            observation, ``generate_v2.py``).
 
     Returns:
         A ``Generation``: drills in round-robin tier order (each tier shuffled by ``seed``), and
         the skipped ones with their reason.
 
     Raises:
-        KeyError: unknown domain or tier (the message names the valid ones).
+        KeyError: unknown domain, tier or version (the message names the valid ones).
         ValueError: seed or count out of range.
         RuntimeError: a solver write leaked into the shared database (a bug, never bad input).
     """
+    check_version(version, domain if domain in TIERS else None)
     tiers = check_tiers(domain, tiers)
     check_seed(seed)
     if count is not None and (not isinstance(count, int) or count < 1):
@@ -346,16 +289,18 @@ def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None 
                          "every drill (the CLI: omit --count)")
     solver = _Solver(domain)
     pristine = solver.env.get_db_hash()
-    rng = random.Random(f"drills:{domain}:{seed}")
+    tag = f"{domain}:{seed}" if version == 1 else f"{domain}:v{version}:{seed}"
+    rng = random.Random(f"drills:{tag}")
+    walk = retail_v2 if version == 2 else _retail if domain == "retail" else _airline
     drills, skipped = [], []
-    for out in (_retail if domain == "retail" else _airline)(solver, rng, tiers):
+    for out in walk(solver, rng, tiers):
         if isinstance(out, Drill):
             drills.append(out)
         else:
             skipped.append({"tier": out[0], "entity": out[1], "reason": out[2]})
     if solver.env.get_db_hash() != pristine:
         raise RuntimeError(f"drill generation for {domain} changed the shared database")
-    drills = _round_robin(drills, tiers, random.Random(f"order:{domain}:{seed}"))
+    drills = _round_robin(drills, tiers, random.Random(f"order:{tag}"))
     if count is not None:
         kept: dict[str, int] = {}
         drills = [d for d in drills if kept.setdefault(d.tier, 0) < count

@@ -23,6 +23,10 @@ tier           domain   the user asks ... (the gold a scripted solver executed i
                         refused when it is basic economy (Fig. 8), else
                         ``update_reservation_flights`` with the reservation's own payment id
 
+That table is generator v1 (``GENERATOR_VERSION``). Generator v2 (``generate_v2.py``, retail
+only) keeps the tiers and asks every drill for a fact copied from an observation (a total, a
+price, a tracking number, a payment method id) beside the status (``GENERATOR_VERSIONS``).
+
 Every drill is a tau2 ``Task`` (``reward_basis`` DB + COMMUNICATE) scored by tau2's own evaluator
 in the ``Tau2Env`` ticket protocol: the first text reply ends the episode. Every task names at
 least one fact the user must be told (``communicate_info``: the status, cabin, destination, the
@@ -33,9 +37,9 @@ Split by entity: a user is in the test split iff ``sha1(user_id) / 2**160 < TEST
 order and reservation belongs to one user, so no user, order or reservation of a test drill
 appears in a train drill. The split does not depend on the generation seed.
 
-The drill layers, bottom up: this file (the records), ``generate.py`` (the scripted solver that
-generates drills in the real environment), ``suite.py`` (the registered suites and their
-``DrillEnv``), ``baselines.py`` (scripted policies scored on the suites).
+The drill layers, bottom up: this file (the records), ``solver.py`` and ``generate.py`` (the
+scripted solver that generates drills in the real environment), ``suite.py`` (the registered
+suites and their ``DrillEnv``), ``baselines.py`` (scripted policies scored on the suites).
 
 Usage::
 
@@ -82,7 +86,12 @@ AIRLINE_NOW = "2024-05-15"
 flown and cannot be changed."""
 
 GENERATOR_VERSION = 1
-"""Bump when generation changes (part of the card)."""
+"""The version the v1 suites (``tau2-retail-drills``, ``tau2-airline-drills``) are generated with;
+their drills are byte-reproducible (``tests/test_drills_v2.py`` pins their sha256)."""
+
+GENERATOR_VERSIONS: dict[int, tuple[str, ...]] = {1: ("retail", "airline"), 2: ("retail",)}
+"""Generator version -> the domains it generates. v2 (``generate_v2.py``): every drill asks for a
+fact that must be copied from an observation; retail only."""
 
 @dataclass
 class Drill:
@@ -183,6 +192,20 @@ def check_tiers(domain: str, tiers: Iterable[str] | None) -> tuple[str, ...]:
     return tiers
 
 
+def check_version(version: int, domain: str | None = None) -> int:
+    """Raise ``KeyError`` naming the valid generator versions (and, with ``domain``, the versions
+    that generate it)."""
+    if version not in GENERATOR_VERSIONS or isinstance(version, bool):
+        raise KeyError(f"unknown drill generator version {version!r}: choose one of "
+                       f"{list(GENERATOR_VERSIONS)}")
+    if domain is not None and domain not in GENERATOR_VERSIONS[version]:
+        have = [v for v, doms in GENERATOR_VERSIONS.items() if domain in doms]
+        raise KeyError(f"drill generator version {version} has no {domain} drills: choose version "
+                       f"{' or '.join(map(str, have))} for {domain}, or domain "
+                       f"{' or '.join(GENERATOR_VERSIONS[version])}")
+    return version
+
+
 def check_seed(seed: int) -> int:
     """Raise ``ValueError`` unless ``0 <= seed <= 2**31 - 1``."""
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
@@ -194,6 +217,7 @@ __all__ = [
     "AIRLINE_NOW",
     "DEFAULT_SEED",
     "GENERATOR_VERSION",
+    "GENERATOR_VERSIONS",
     "TEST_SHARE",
     "TIERS",
     "TIER_TOOLS",
@@ -202,5 +226,6 @@ __all__ = [
     "check_domain",
     "check_seed",
     "check_tiers",
+    "check_version",
     "test_user",
 ]

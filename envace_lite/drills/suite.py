@@ -1,6 +1,8 @@
-"""The drill suites: ``tau2-retail-drills`` and ``tau2-airline-drills``, their registered
-drills (generated once with ``DEFAULT_SEED``, cached on disk), ``DrillEnv`` and the registry hooks
-``envs.make_env`` and ``envs.list_tasks`` call.
+"""The drill suites: ``tau2-retail-drills`` and ``tau2-airline-drills`` (generator v1) and
+``tau2-retail-drills-v2`` (generator v2), their registered drills (generated once with
+``DEFAULT_SEED``, cached on disk), ``DrillEnv`` and the registry hooks ``envs.make_env`` and
+``envs.list_tasks`` call. A v2 suite scores with tau2's evaluator and the drill-side reply check
+(``check.py``), and its test split has the held-out slices of ``slices.py`` as splits.
 
 What a drill is, its tiers and its split rule: ``drills/spec.py``; how drills are generated:
 ``drills/generate.py``; the scripted baselines scored on these suites: ``drills/baselines.py``.
@@ -12,6 +14,7 @@ Usage::
     ids = list_tasks("tau2-retail-drills", "test")         # round-robin over tiers
     env = make_env("tau2-retail-drills", ids[0])
     replay_gold(env)                                          # (1.0, {...})
+    list_tasks("tau2-retail-drills-v2", "validation")       # v2's tuning slice
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from envace_lite.drills.spec import (
 )
 from envace_lite.envs.tau2 import (
     TICKET_INSTRUCTION,
+    AssistantMessage,
     Tau2Env,
     UserMessage,
     _tau2_constant,
@@ -40,16 +44,27 @@ from envace_lite.envs.tau2 import (
 )
 from envace_lite.types import Observation, Task, ToolCall
 
-DRILL_DOMAINS: dict[str, str] = {"tau2-retail-drills": "retail", "tau2-airline-drills": "airline"}
+DRILL_DOMAINS: dict[str, str] = {"tau2-retail-drills": "retail", "tau2-airline-drills": "airline",
+                                 "tau2-retail-drills-v2": "retail"}
 """Suite name -> tau2 domain."""
+
+SUITE_VERSIONS: dict[str, int] = {"tau2-retail-drills": 1, "tau2-airline-drills": 1,
+                                  "tau2-retail-drills-v2": 2}
+"""Suite name -> generator version (``spec.GENERATOR_VERSIONS``). A v2 suite is scored by tau2's
+evaluator and the drill-side reply check (``check.py``), and its test split is cut into the
+held-out slices (``slices.py``)."""
+
+SPLITS = ("train", "test", "all")
+"""The splits every drill suite has; a v2 suite also has ``slices.SLICES``."""
 
 
 @cache
-def _registered(domain: str) -> Generation:
-    """The registered suite's generation (``DEFAULT_SEED``, all tiers), cached on disk."""
+def _registered(domain: str, version: int = GENERATOR_VERSION) -> Generation:
+    """The registered suite's generation (``DEFAULT_SEED``, all tiers, generator ``version``),
+    cached on disk."""
     from envace_lite.paths import cache_dir
 
-    path = cache_dir("drills") / f"{domain}__v{GENERATOR_VERSION}__s{DEFAULT_SEED}.json"
+    path = cache_dir("drills") / f"{domain}__v{version}__s{DEFAULT_SEED}.json"
     if path.exists():
         try:
             raw = json.loads(path.read_text())
@@ -57,7 +72,7 @@ def _registered(domain: str) -> Generation:
                               drills=[Drill(**d) for d in raw["drills"]], skipped=raw["skipped"])
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # a torn or stale cache file is rebuilt below
-    gen = generate(domain, DEFAULT_SEED)
+    gen = generate(domain, DEFAULT_SEED, version=version)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"domain": gen.domain, "seed": gen.seed, "skipped": gen.skipped,
                                "drills": [asdict(d) for d in gen.drills]}))
@@ -66,8 +81,17 @@ def _registered(domain: str) -> Generation:
 
 
 @cache
-def _by_id(domain: str) -> dict[str, Drill]:
-    return {d.id: d for d in _registered(domain).drills}
+def _by_id(domain: str, version: int = GENERATOR_VERSION) -> dict[str, Drill]:
+    return {d.id: d for d in _registered(domain, version).drills}
+
+
+def registered(suite: str) -> Generation:
+    """The generation behind a registered suite (its domain and generator version).
+
+    Raises:
+        KeyError: unknown suite (the message names the drill suites).
+    """
+    return _registered(_suite_domain(suite), SUITE_VERSIONS[suite])
 
 
 def get_drill(suite: str, drill_id: str) -> Drill:
@@ -79,7 +103,7 @@ def get_drill(suite: str, drill_id: str) -> Drill:
     """
     domain = _suite_domain(suite)
     try:
-        return _by_id(domain)[drill_id]
+        return _by_id(domain, SUITE_VERSIONS[suite])[drill_id]
     except KeyError:
         tiers = "|".join(TIERS[domain])
         raise KeyError(f"unknown {suite} drill id {drill_id!r}: ids look like '<{tiers}>:<entity>'"
@@ -107,6 +131,7 @@ class DrillEnv(Tau2Env):
     def __init__(self, suite: str, drill: Drill, max_steps: int = 100,
                  max_errors: int = 10) -> None:
         self.drill = drill
+        self.version = SUITE_VERSIONS.get(suite, GENERATOR_VERSION)
         super().__init__(suite, drill.id, max_steps=max_steps, max_errors=max_errors,
                          task=drill.tau2_task(), mode=(drill.domain, "ticket"))
 
@@ -157,6 +182,27 @@ class DrillEnv(Tau2Env):
         flush()
         return out
 
+    def score(self) -> tuple[float, dict[str, Any]]:
+        """``Tau2Env.score`` (tau2's evaluator, unchanged); on a v2 suite, a reply that tau2
+        passes must also pass the drill-side check (``check.check_reply``: exactly one value of
+        each communicated kind, and it is the fact), else it scores 0.
+
+        Returns:
+            ``(reward, details)``; on v2 also ``details["tau2_reward"]`` (the evaluator's reward)
+            and ``details["drill_check"]`` (``{"passed", "reason"}``).
+        """
+        reward, details = super().score()
+        if self.version < 2:
+            return reward, details
+        from envace_lite.drills.check import check_reply
+
+        texts = [m.content for m in self.trajectory
+                 if isinstance(m, AssistantMessage) and not m.is_tool_call() and m.content]
+        passed, reason = check_reply(texts[-1] if texts else "", list(self.drill.communicate))
+        details["tau2_reward"] = reward
+        details["drill_check"] = {"passed": passed, "reason": reason}
+        return (reward if passed else 0.0), details
+
     def gold_turns(self) -> list[GoldTurn]:
         """One turn: the solver's calls one per ACT reply, then its closing message."""
         return [GoldTurn([[ToolCall(g["name"], copy.deepcopy(g["arguments"]), call_id=f"gold_{i}")]
@@ -202,17 +248,36 @@ def _schemas(domain: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
 # Registry hooks and derived tasks
 # ---------------------------------------------------------------------------------------------
 def task_ids(suite: str, split: str) -> list[str]:
-    """Drill ids of ``suite`` in ``split`` (``train``, ``test``, ``all``), round-robin over tiers.
+    """Drill ids of ``suite`` in ``split`` (``train``, ``test``, ``all``; on a v2 suite also a
+    held-out slice: ``validation``, ``confirmation``, ``rest``), round-robin over tiers.
 
     Raises:
         KeyError: unknown suite or split.
     """
-    domain = _suite_domain(suite)
-    if split not in ("train", "test", "all"):
-        raise KeyError(f"unknown split {split!r}: choose train, test or all")
+    valid = splits(suite)
+    if split not in valid:
+        raise KeyError(f"unknown split {split!r} of {suite}: choose one of {list(valid)}")
+    gen = registered(suite)
+    if split not in SPLITS:  # a held-out slice of a v2 suite
+        from envace_lite.drills.slices import held_out_slices
+
+        return held_out_slices(gen)[split]
     # the split keeps the order of the whole list (round-robin over tiers, then filtered), so
     # the first N test drills mix the tiers; shipped results name the drills they used
-    return [d.id for d in _registered(domain).drills if split == "all" or d.split == split]
+    return [d.id for d in gen.drills if split == "all" or d.split == split]
+
+
+def splits(suite: str) -> tuple[str, ...]:
+    """The splits of a drill suite: ``train``, ``test``, ``all``, and on a v2 suite the held-out
+    slices ``validation``, ``confirmation`` and ``rest`` (``slices.py``).
+
+    Raises:
+        KeyError: unknown suite.
+    """
+    from envace_lite.drills.slices import SLICES
+
+    _suite_domain(suite)
+    return SPLITS + (SLICES if SUITE_VERSIONS[suite] >= 2 else ())
 
 
 def make(suite: str, task_id: str, **kwargs: Any) -> DrillEnv:
@@ -238,17 +303,23 @@ def drill_prompt(suite: str, drill_id: str) -> tuple[list[dict[str, Any]], list[
     return messages, json.loads(json.dumps(_schemas(d.domain, tuple(d.tools))))
 
 
-def card(domain: str) -> dict[str, Any]:
+def card(domain: str, version: int = GENERATOR_VERSION) -> dict[str, Any]:
     """The data card entry of a domain's registered drills: generator, seed, tiers, counts, the
-    split rule, and every skipped drill with its reason."""
-    gen = _registered(domain)
+    split rule, and every skipped drill with its reason; for v2 also the held-out slices' sizes
+    (``slices``)."""
+    gen = _registered(domain, version)
+    extra: dict[str, Any] = {}
+    if version >= 2:
+        from envace_lite.drills.slices import held_out_slices
+
+        extra["slices"] = {k: len(v) for k, v in held_out_slices(gen).items()}
     return {
-        "generator": f"envace_lite.drills.generate.generate v{GENERATOR_VERSION}",
+        "generator": f"envace_lite.drills.generate.generate v{version}",
         "seed": gen.seed, "tiers": list(TIERS[domain]), "counts": gen.counts(),
         "tasks": len(gen.drills),
         "split_rule": f"by user: test iff sha1(user_id)/2**160 < {TEST_SHARE}",
         "skipped": len(gen.skipped), "skipped_by_reason": skipped_by_reason(gen.skipped),
-        "skipped_ids": gen.skipped,
+        "skipped_ids": gen.skipped, **extra,
     }
 
 
@@ -281,15 +352,19 @@ def suite_tasks(suite: str, split: str, rendering: str = "compact") -> list[Task
 
 def suite_card(suite: str) -> dict[str, Any]:
     """The data card's ``generation`` fields of ``suite`` (``card`` of its domain)."""
-    return card(DRILL_DOMAINS[suite])
+    return card(_suite_domain(suite), SUITE_VERSIONS[suite])
 
 __all__ = [
     "DRILL_DOMAINS",
+    "SPLITS",
+    "SUITE_VERSIONS",
     "DrillEnv",
     "card",
     "drill_prompt",
     "get_drill",
     "make",
+    "registered",
+    "splits",
     "suite_card",
     "suite_tasks",
     "task_ids",

@@ -16,6 +16,8 @@ Suites (the name says the protocol):
 ``tau2-retail-drills`` drills generated from tau2's retail DB: lookup, two-hop, rule-gated
                        cancel and return (``drills/suite.py``), scored by tau2's evaluator
 ``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
+``tau2-retail-drills-v2`` retail drills v2: every drill asks for a fact copied from an
+                       observation; held-out slices ``validation`` and ``confirmation``
 =====================  =====================================================================
 
 Usage::
@@ -33,7 +35,7 @@ TAU2_SUITES = (
     "tau2-telecom", "tau2-retail", "tau2-airline", "tau2-retail-ticket", "tau2-airline-ticket",
 )
 BFCL_SUITES = ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context")
-DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills")
+DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills", "tau2-retail-drills-v2")
 """Suites the ``drills`` plugin registers (``plugins.py``) when first asked for."""
 SUITES = TAU2_SUITES + BFCL_SUITES + DRILL_SUITES
 
@@ -43,7 +45,8 @@ _REGISTERED: dict[str, ModuleType] = {}
 def register_suites(suites: tuple[str, ...] | list[str], module: ModuleType) -> None:
     """Serve ``suites`` from ``module``: its ``task_ids(suite, split)`` and ``make(suite, task_id,
     **kwargs)``, and optionally ``suite_tasks(suite, split, rendering)`` (ready ``Task`` objects,
-    used by ``envs.tasks.load_tasks``) and ``suite_card(suite)`` (extra data-card fields)."""
+    used by ``envs.tasks.load_tasks``), ``suite_card(suite)`` (extra data-card fields) and
+    ``splits(suite)`` (splits beyond train, test and all)."""
     for suite in suites:
         _REGISTERED[suite] = module
 
@@ -70,13 +73,18 @@ def suite_module(suite: str) -> ModuleType:
 
 
 def list_tasks(suite: str, split: str) -> list[str]:
-    """Task ids of ``suite`` in ``split`` (``train``, ``test`` or ``all``), in a fixed order.
+    """Task ids of ``suite`` in ``split`` (``train``, ``test`` or ``all``, or a split the suite's
+    module lists in its optional ``splits(suite)``, e.g. a v2 drill suite's held-out slices), in a
+    fixed order.
 
     Raises:
         KeyError: on an unknown suite or split.
     """
     if split not in ("train", "test", "all"):
-        raise KeyError(f"unknown split {split!r}: choose train, test or all")
+        valid = getattr(suite_module(suite), "splits", lambda _: ())(suite)
+        if split not in valid:
+            raise KeyError(f"unknown split {split!r}: choose "
+                           + (f"one of {list(valid)}" if valid else "train, test or all"))
     return suite_module(suite).task_ids(suite, split)
 
 

