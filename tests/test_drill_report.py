@@ -284,3 +284,21 @@ def test_cli_explain(tmp_path):
                                    str(summary), "--baseline", "nope"])
     assert res.exit_code == 2 and "unknown baseline 'nope': choose one of ['tier_template']" \
         in res.output
+
+
+def test_seed_task_bootstrap_counts_seed_variance():
+    from envace_lite.drills.record import seed_task_bootstrap
+
+    keys = [f"t{i}" for i in range(10)]
+    zero = dict.fromkeys(keys, 0.0)
+    # every drill gains 1 on seed A and 0 on seed B: the mean gain is 0.5; resampling the seeds
+    # can draw A twice (1.0) or B twice (0.0), so the interval spans [0, 1]
+    r = seed_task_bootstrap([zero, zero], [dict.fromkeys(keys, 1.0), zero], resamples=2000)
+    assert (r["runs"], r["tasks"], r["diff"], r["per_run"]) == (2, 10, 0.5, [1.0, 0.0])
+    assert (r["lo"], r["hi"], r["excludes_zero"]) == (0.0, 1.0, False)
+    # two identical seeds that gain on every drill: no variance, the interval is the point
+    ones = dict.fromkeys(keys, 1.0)
+    r = seed_task_bootstrap([zero, zero], [ones, ones], resamples=200)
+    assert (r["lo"], r["hi"], r["excludes_zero"]) == (1.0, 1.0, True)
+    with pytest.raises(ValueError, match="1 starts for 2 finals"):
+        seed_task_bootstrap([zero], [ones, ones])

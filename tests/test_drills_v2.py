@@ -214,3 +214,19 @@ def test_cli_generate_v2_reports_the_slices():
     out = json.loads(res.output[res.output.index("{"):])
     assert out["slices"] == {"validation": 102, "confirmation": 102, "rest": 402}
     assert out["skipped"] == 4
+
+
+def test_prereg_template_is_filled_and_says_it_was_not_run():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data/reference_results/drills_v2/prereg.json"
+    p = json.loads(path.read_text())
+    assert p["status"].startswith("NOT RUN")
+    for key in ("recipe", "steps", "seeds", "modes", "slices", "metric", "analysis"):
+        assert p[key], key
+    assert p["modes"] == ["shared", "act_only", "per_role", "act_only_real"]
+    seeds = p["seeds"]
+    assert len(seeds["shared"]) >= 5 and all(len(seeds[m]) >= 3 for m in p["modes"][1:])
+    assert not {s for m in p["modes"] for s in seeds[m]} & {0, 1, 2}  # used by every v1 run
+    assert p["suite"] == V2 and "eval.split=validation" in p["recipe"]["command"]
+    assert "<" not in path.read_text()

@@ -229,7 +229,8 @@ def drills_explain(
         rows[r] = explained(final, first, base)
         e = rows[r]
         g = e["baseline_fails"]
-        typer.echo(f"{r}: {e['successes']} successes, {e['also_baseline']} also {baseline}'s "
+        typer.echo(f"{r}: {100 * e['start']:.1f} -> {100 * e['final']:.1f} %; "
+                   f"{e['successes']} successes, {e['also_baseline']} also {baseline}'s "
                    f"({100 * (e['share'] or 0):.0f} %); on the {g['tasks']} drills it fails "
                    f"{100 * g['diff']:+.1f} [{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}]; "
                    f"write drills passed {e['write_successes']}")

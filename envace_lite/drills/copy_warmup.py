@@ -101,7 +101,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     named (the write after a read: copy from the message, past a record full of other values), or
     a ``lookup`` of the id the record links to (the second hop: copy from the tool response).
     These are the two copies the drills' writes and two-hop tier need and the plain warm-up never
-    shows (``docs/drills.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
+    shows (``docs/drills-log.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
     are exactly those of the plain warm-up.
 
     Args:
@@ -313,7 +313,7 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     on CPU. ``"copy_hops"`` adds the second-call samples of ``copy_samples(hops=True)``,
     ``"copy_records"`` the record copies of ``copy_samples(records=True)``, trained in length
     chunks by ``chunked_answer_loss``. Measured: 81 of 100 fresh samples copied exactly after
-    250 steps (``docs/drills.md``, "The copy warm-up").
+    250 steps (``docs/drills-log.md``, "The copy warm-up").
 
     Returns:
         The model in eval mode, and ``{"steps", "batch", "loss_first", "loss_last" (mean of the

@@ -60,15 +60,17 @@ def explained(final: dict[str, float], start: dict[str, float],
         seed: the bootstrap seed (``pipelines.stats.paired_bootstrap``).
 
     Returns:
-        ``{"tasks", "successes", "also_baseline", "share", "baseline_fails": {paired gain on the
-        drills the baseline fails}, "write_successes"}``.
+        ``{"tasks", "start", "final", "successes", "also_baseline", "share", "baseline_fails":
+        {paired gain on the drills the baseline fails}, "write_successes"}`` (``start`` and
+        ``final``: mean rewards over the drills).
     """
     keys = sorted(set(final) & set(start) & set(baseline))
     won = [k for k in keys if final[k] > 0]
     also = [k for k in won if baseline[k] > 0]
     failed = [k for k in keys if baseline[k] <= 0]
     return {
-        "tasks": len(keys), "successes": len(won), "also_baseline": len(also),
+        "tasks": len(keys), "start": sum(start[k] for k in keys) / max(1, len(keys)),
+        "final": sum(final[k] for k in keys) / max(1, len(keys)), "successes": len(won), "also_baseline": len(also),
         "share": len(also) / len(won) if won else None,
         "baseline_fails": paired_bootstrap({k: start[k] for k in failed},
                                            {k: final[k] for k in failed}, seed=seed)
@@ -111,4 +113,51 @@ def pooled_gain(starts: list[dict[str, float]], finals: list[dict[str, float]],
     return paired_bootstrap(mean(starts), mean(finals), seed=seed)
 
 
-__all__ = ["explained", "is_write", "per_task_of", "pooled_gain", "write_passes"]
+def seed_task_bootstrap(starts: list[dict[str, float]], finals: list[dict[str, float]], *,
+                        resamples: int = 20_000, seed: int = 0,
+                        level: float = 0.95) -> dict[str, Any]:
+    """The mean gain over runs (one per training seed) and drills, with a bootstrap that
+    resamples seeds and drills together: each resample draws the runs with replacement, then the
+    drills with replacement, and averages ``final - start`` over both. A gain then counts
+    between-seed variance, which a drill-only bootstrap of per-task means treats as fixed.
+
+    Args:
+        starts, finals: per run (same order), drill key -> reward; only drills every run holds
+            are used.
+        resamples: bootstrap resamples (>= 100). seed: the resampling seed. level: in (0, 1).
+
+    Returns:
+        ``{"runs", "tasks", "diff", "lo", "hi", "excludes_zero", "per_run"}`` (``per_run``: each
+        run's own mean gain).
+
+    Raises:
+        ValueError: no run, unequal lists, no drill in common, ``resamples < 100`` or ``level``
+            outside (0, 1).
+    """
+    import random
+
+    if not starts or len(starts) != len(finals):
+        raise ValueError(f"seed_task_bootstrap: {len(starts)} starts for {len(finals)} finals")
+    keys = sorted(set.intersection(*(set(d) for d in starts + finals)))
+    if not keys:
+        raise ValueError("seed_task_bootstrap: the runs share no drill")
+    if resamples < 100 or not 0.0 < level < 1.0:
+        raise ValueError(f"resamples={resamples}, level={level}: use >= 100 and a level in (0, 1)")
+    gains = [[f[k] - s[k] for k in keys] for s, f in zip(starts, finals)]
+    runs, n = len(gains), len(keys)
+    rng = random.Random(seed)
+    means = []
+    for _ in range(resamples):
+        picked = [gains[rng.randrange(runs)] for _ in range(runs)]
+        cols = [rng.randrange(n) for _ in range(n)]
+        means.append(sum(g[c] for g in picked for c in cols) / (runs * n))
+    means.sort()
+    tail = (1.0 - level) / 2.0
+    lo, hi = means[int(tail * (resamples - 1))], means[int(round((1.0 - tail) * (resamples - 1)))]
+    per_run = [sum(g) / n for g in gains]
+    return {"runs": runs, "tasks": n, "diff": sum(per_run) / runs, "lo": lo, "hi": hi,
+            "excludes_zero": lo > 0.0 or hi < 0.0, "per_run": per_run}
+
+
+__all__ = ["explained", "is_write", "per_task_of", "pooled_gain", "seed_task_bootstrap",
+           "write_passes"]
