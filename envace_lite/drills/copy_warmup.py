@@ -95,7 +95,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     named (the write after a read: copy from the message, past a record full of other values), or
     a ``lookup`` of the id the record links to (the second hop: copy from the tool response).
     These are the two copies the drills' writes and two-hop tier need and the plain warm-up never
-    shows (``docs/drills.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
+    shows (``docs/results-log.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
     are exactly those of the plain warm-up.
 
     Args:

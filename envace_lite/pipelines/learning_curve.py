@@ -22,7 +22,7 @@ training tasks' rollouts under rehearsal (no real environment), at sampling temp
 ``rollout.temperature``. The three numbers are different quantities and are labelled so
 everywhere (``CURVE_LABELS``).
 
-``summarize_seeds`` gives the acceptance numbers: the mean training reward of the first and last
+``summarize_seeds`` gives the learning-curve test: the mean training reward of the first and last
 ``window`` steps per run, the gap, its mean over seeds and its standard error.
 
 Usage::
@@ -304,7 +304,7 @@ def window_means(rewards: list[float | None], window: int = 10) -> dict[str, Any
 def summarize_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """Across seeds: the first/last-window gaps, their mean and standard error.
 
-    The acceptance rule of the experiment: the last window beats the first on every seed, or the mean
+    The test of the learning curve: the last window beats the first on every seed, or the mean
     gap exceeds 2 standard errors (SE = sample std / sqrt(n), n ≥ 2).
 
     Returns:
