@@ -1,7 +1,7 @@
 """Protocol fuzz: N generated ACT and REHEARSE outputs through parse -> render -> tokenize, then
 the worst of them through a scripted ``train --steps 2`` and a ``rehearsal=parallel`` eval.
 
-The reliability acceptance: zero crashes when 10,000 generated outputs of each role go through
+The reliability check: zero crashes when 10,000 generated outputs of each role go through
 the protocol path under the smoke, micro and laptop tokenizers, and when the worst of them are
 played by a scripted policy in training and in evaluation. The outputs come from the Hypothesis
 strategies of ``envace_lite.protocol.fuzz`` (the ones ``tests/test_fuzz_protocol.py`` uses), seeded.
@@ -344,7 +344,7 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
             ckpt = last_checkpoint(d)
             rec = {"finished": True, "metrics_steps": [r["step"] for r in rows],
                    "checkpoint": ckpt.name if ckpt else None}
-    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the acceptance)
+    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the check)
         rec["crash"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         logger.removeHandler(handler)
@@ -386,7 +386,7 @@ def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, 
                        stop_reasons=dict(Counter(r["stop_reason"] for r in rows)),
                        error_rows=[r["error"][:200] for r in rows if r["error"]][:5],
                        all_rows_written=sorted(r["task_id"] for r in rows) == sorted(ids))
-    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the acceptance)
+    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the check)
         rec["crash"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         logger.removeHandler(handler)
