@@ -14,7 +14,7 @@ in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), gree
   prefix caching, and the cache is reset between them (``LLM.reset_prefix_cache``): otherwise
   the replay finds every prompt already cached by the engine's run.
 
-``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (acceptance: ≥ 0.7).
+``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (target: ≥ 0.7).
 
 Usage (the vLLM venv; the laptop model folder must exist, ``load_policy('laptop')`` writes it)::
 

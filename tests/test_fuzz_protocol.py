@@ -11,7 +11,7 @@ without an exception, and every prompt built from it must be valid UTF-8 and tok
 Tiers: the default test runs a fixed, derandomized set of ``CI_EXAMPLES`` examples; the
 ``fuzz_long`` marker runs ``LONG_EXAMPLES`` through this whole path, ``env.step`` included (by
 hand: ``pytest tests/test_fuzz_protocol.py -m fuzz_long``; ``FUZZ_EXAMPLES`` overrides the
-count). The 10,000-output acceptance run is ``benchmarks/fuzz_protocol.py``: the same strategies
+count). The 10,000-output run is ``benchmarks/fuzz_protocol.py``: the same strategies
 through parse -> render -> tokenize without the env step, then its worst outputs through a
 scripted train and a ``rehearsal=parallel`` eval.
 """
