@@ -101,10 +101,11 @@ class World:
         from envace_lite import protocol as P
         from envace_lite.envs.tasks import load_tasks
         from envace_lite.llm.generation import chat_ids
+        from envace_lite.config import get_config
         from envace_lite.models.load import load_tokenizer
         from envace_lite.core.rollout import chat_glue
 
-        self.toks = {p: load_tokenizer(p) for p in tokenizers}
+        self.toks = {p: load_tokenizer(get_config(p)) for p in tokenizers}
         self.glue = {p: chat_glue(t) for p, t in self.toks.items()}
         self.tasks, self.prefix = {}, {}
         for s in suites:

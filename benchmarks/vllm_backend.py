@@ -16,7 +16,7 @@ in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), gree
 
 ``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (target: ≥ 0.7).
 
-Usage (the vLLM venv; the laptop model folder must exist, ``load_policy('laptop')`` writes it)::
+Usage (the vLLM venv; the laptop model folder must exist, ``load_policy(get_config('laptop'))`` writes it)::
 
     .venv-vllm/bin/python benchmarks/vllm_backend.py --profile laptop
 """

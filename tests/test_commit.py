@@ -31,7 +31,7 @@ def task():
 
 
 def tokenizer(template: str):
-    return qwen3_tokenizer() if template == "qwen3" else load_tokenizer("laptop")  # SmolLM2
+    return qwen3_tokenizer() if template == "qwen3" else load_tokenizer(get_config("laptop"))  # SmolLM2
 
 
 def gold_script(task) -> list[str]:

@@ -87,7 +87,7 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
 def test_call_log_caps_long_observations_and_arguments():
     from types import SimpleNamespace
 
-    from envace_lite.core.episode import CALL_LOG_CHARS, _call_log
+    from envace_lite.core.episode import CALL_LOG_CHARS, call_log
     from envace_lite.drills.report import is_hash_slip
 
     items = ["1234567890"] * 30  # its JSON: 30 * 12 quoted ids + 29 * 2 separators + 2 = 420
@@ -99,7 +99,7 @@ def test_call_log_caps_long_observations_and_arguments():
                "observations": [{"content": "x" * 500, "error": True},
                                 {"content": "Error: Order not found", "error": True},
                                 {"content": "Error", "error": True}]}]
-    log_ = _call_log(SimpleNamespace(events=events))
+    log_ = call_log(SimpleNamespace(events=events))
     assert len(log_) == 3  # the rehearse event is no real call
     text = json.dumps(items)
     assert len(text) == 420 and CALL_LOG_CHARS == 200

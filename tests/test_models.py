@@ -177,7 +177,7 @@ def test_tiny_model_forward_shape(tok, tiny):
 
 
 def test_load_policy_smoke_eval_and_lora(tmp_path):
-    model, tok = load_policy("smoke")
+    model, tok = load_policy(get_config("smoke"))
     assert not model.training and tok.padding_side == "left" and tok.pad_token_id == 151643
     assert next(model.parameters()).device.type == "cpu"
 
@@ -413,7 +413,7 @@ def test_smollm2_gguf_loads_and_generates():
 
     assert smollm2_gguf_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     start = time.perf_counter()
-    model, tok = load_policy("laptop")
+    model, tok = load_policy(get_config("laptop"))
     loaded = time.perf_counter() - start
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.vocab_size == 49152
     assert len(tok) == 49152 and tok.eos_token == "<|im_end|>"

@@ -15,6 +15,7 @@ import pytest
 
 from envace_lite import paths
 from envace_lite import protocol as P
+from envace_lite.config import get_config
 from envace_lite.protocol import ErrorCode as E
 
 TOOLS = [{"type": "function", "function": {
@@ -265,7 +266,7 @@ def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
     for name in ("list_tasks", "make_env", "run_committed", "as_policy"):
         monkeypatch.setattr(ev, name, boom)
     with pytest.raises(ValueError, match="limit must be >= 0"):
-        ev.evaluate("base", "bfcl-base", cfg="smoke", limit=-1, out=tmp_path)
+        ev.evaluate("base", "bfcl-base", cfg=get_config("smoke"), limit=-1, out=tmp_path)
     assert not (tmp_path / "results.jsonl").exists()
 
 
@@ -301,11 +302,11 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
 
     ran = script_committed(monkeypatch, ["t0", "t1"])
     pol = ev.Policy(None, None, "fake")
-    ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, repeats=1, out=tmp_path)
+    ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, repeats=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     with results.open("a") as f:
         f.write('{"suite": "bfcl-base", "task_id": "t1", "rep')  # killed mid-write
-    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=2, repeats=1, out=tmp_path)
+    rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=2, repeats=1, out=tmp_path)
     assert ran == ["t0", "t1"] and [r["task_id"] for r in rows] == ["t0", "t1"]
     assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
@@ -475,22 +476,22 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     from envace_lite.pipelines.tables import summarize_runs
 
     pol = _scripted_policy()
-    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+    rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     before = results.read_text()
     assert len(rows) == 1 and rows[0]["config_hash"] == ev.config_hash(rows[0]["result_config"])
     assert rows[0]["result_config"]["eval.decoding"] == "greedy"
     with pytest.raises(ConfigError, match=r"eval\.decoding: 'greedy' -> 'sample'"):
-        ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path)
+        ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path)
     from envace_lite.config import get_config
 
     full = get_config("smoke", {"rollout.rendering": "full"})
     with pytest.raises(ConfigError, match=r"rollout\.rendering: 'compact' -> 'full'"):
         ev.evaluate(pol, "bfcl-base", cfg=full, limit=1, out=tmp_path)
     assert results.read_text() == before  # nothing appended, nothing reused
-    same = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)  # resumes: 0 to run
+    same = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)  # resumes: 0 to run
     assert same == rows and results.read_text() == before
-    mixed = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path,
+    mixed = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path,
                         force_new_config=True)
     assert mixed[0]["decoding"] == "sample" and mixed[0]["config_hash"] != rows[0]["config_hash"]
     kept = ev.read_rows(results)

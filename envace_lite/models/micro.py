@@ -22,7 +22,7 @@ seed gives the same weights.
 Usage::
 
     from envace_lite.models.load import load_policy
-    model, tok = load_policy("micro")          # trains the tokenizer on first use (seconds)
+    model, tok = load_policy(get_config("micro"))          # trains the tokenizer on first use (seconds)
 """
 from __future__ import annotations
 
