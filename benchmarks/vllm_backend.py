@@ -58,7 +58,7 @@ class LLMGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from envace_lite.llm.generation import Completion, _trim
+        from envace_lite.llm.generation import Completion, cut_at_stop
 
         if not prompts:
             return []
@@ -69,7 +69,7 @@ class LLMGenerator:
                                  use_tqdm=False)
         result = []
         for o in outs:
-            ids, reason, _ = _trim(list(o.outputs[0].token_ids), set(self.stop_ids))
+            ids, reason, _ = cut_at_stop(list(o.outputs[0].token_ids), set(self.stop_ids))
             result.append(Completion(ids, self.tokenizer.decode(ids), None, reason))
         return result
 

@@ -18,7 +18,7 @@ from envace_lite.llm.generation import (
     Generator,
     HFGenerator,
     PrefixCache,
-    _trim,
+    cut_at_stop,
     chat_ids,
 )
 from envace_lite.llm.scripted import ScriptedGenerator
@@ -287,9 +287,9 @@ def test_stop_token_is_stripped(tok, lively):
 
 
 def test_trim():
-    assert _trim([5, 6, 2, 0, 0], {2}) == ([5, 6], "stop", 2)
-    assert _trim([5, 6, 7], {2}) == ([5, 6, 7], "length", 3)
-    assert _trim([2, 9], {2, 9}) == ([], "stop", 0)
+    assert cut_at_stop([5, 6, 2, 0, 0], {2}) == ([5, 6], "stop", 2)
+    assert cut_at_stop([5, 6, 7], {2}) == ([5, 6, 7], "length", 3)
+    assert cut_at_stop([2, 9], {2, 9}) == ([], "stop", 0)
 
 
 def test_sampling_is_seeded_and_logprobs_match_a_forward_pass(tok, lively):

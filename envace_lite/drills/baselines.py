@@ -18,7 +18,7 @@ from typing import Any
 
 from envace_lite.envs.base import GoldTurn
 from envace_lite.drills.spec import TIER_TOOLS, Drill
-from envace_lite.drills.suite import DrillEnv, _registered
+from envace_lite.drills.suite import DrillEnv, registered_drills
 from envace_lite.types import ToolCall
 
 BASELINES = ("do_nothing", "always_refuse", "always_write", "guess_commonest")
@@ -31,7 +31,7 @@ tier's most common fact among the TRAIN drills (e.g. ``delivered``)."""
 def commonest_fact(domain: str, tier: str) -> str:
     """The most common ``communicate[0]`` among the train drills of a tier (ties: alphabetical)."""
     counts: dict[str, int] = {}
-    for d in _registered(domain).drills:
+    for d in registered_drills(domain).drills:
         if d.split == "train" and d.tier == tier:
             counts[d.communicate[0]] = counts.get(d.communicate[0], 0) + 1
     return min(counts, key=lambda k: (-counts[k], k)) if counts else ""

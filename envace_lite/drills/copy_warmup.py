@@ -228,11 +228,11 @@ def _record_sample(rng: random.Random, kind: str, forbidden: frozenset[str]
 def tau2_ids() -> frozenset[str]:
     """Every user, order and reservation id and e-mail in tau2's retail and airline databases
     (with and without an order id's ``#``): the ids ``copy_samples`` must not produce."""
-    from envace_lite.drills.generate import _Solver
+    from envace_lite.drills.generate import Solver
 
     ids: set[str] = set()
     for domain in ("retail", "airline"):
-        db = _Solver(domain).db
+        db = Solver(domain).db
         ids.update(db.users)
         ids.update(u.email for u in db.users.values() if getattr(u, "email", None))
         for table in ("orders", "reservations"):

@@ -42,7 +42,7 @@ class _Skip(Exception):
     """A drill the solver cannot build; the message is the reason."""
 
 
-class _Solver:
+class Solver:
     """Runs calls in one real tau2 environment of ``domain``.
 
     Reads share the environment. A write runs inside ``scratch(...)``, which snapshots the
@@ -93,7 +93,7 @@ def _pick(rng: random.Random, options: list[str], **fmt: Any) -> str:
     return rng.choice(options).format(**fmt)
 
 
-def _retail(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
+def _retail(solver: Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
     db = solver.db
     for oid in sorted(db.orders):
         order = db.orders[oid]
@@ -117,7 +117,7 @@ def _drill(tier: str, entity: str, domain: str, uid: str, **kw: Any) -> Drill:
                  tools=list(TIER_TOOLS[(domain, tier)]), **kw)
 
 
-def _retail_lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_lookup(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     message = _pick(rng, ["Hi! What is the status of my order {o}?",
                           "Can you tell me the current status of order {o}, please?",
                           "Hello, I'd like to know the status of my order {o}."], o=bare)
@@ -131,7 +131,7 @@ def _retail_lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                   final_text=f"Your order {oid} is {status}.")
 
 
-def _retail_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
+def _retail_two_hop(solver: Solver, rng: random.Random, uid: str) -> Any:
     user = solver.db.users[uid]
     by_email = rng.random() < 0.5
     try:
@@ -160,7 +160,7 @@ def _retail_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
                   final_text=f"Your order {oid} is {status}.")
 
 
-def _retail_cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_cancel(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     reason = rng.choice(["no longer needed", "ordered by mistake"])
     message = _pick(rng, ["Please cancel my order {o}, the reason is: {r}.",
                           "Hi, I want to cancel order {o} ({r})."], o=bare, r=reason)
@@ -182,7 +182,7 @@ def _retail_cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                   final_text=f"Your order {oid} is now cancelled.", write_allowed=True)
 
 
-def _retail_return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_return(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     order = solver.db.orders[oid]
     names = [it.name for it in order.items]
     unique = sorted({n for n in names if names.count(n) == 1})
@@ -217,7 +217,7 @@ def _retail_return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                              f"requested.", write_allowed=True)
 
 
-def _airline(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
+def _airline(solver: Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
     db = solver.db
     for rid in sorted(db.reservations):
         res = db.reservations[rid]
@@ -231,7 +231,7 @@ def _airline(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Ite
                 yield _airline_two_hop(solver, rng, uid)
 
 
-def _airline_lookup(solver: _Solver, rng: random.Random, rid: str, uid: str) -> Any:
+def _airline_lookup(solver: Solver, rng: random.Random, rid: str, uid: str) -> Any:
     message = _pick(rng, ["Hi! Which cabin is my reservation {r} booked in?",
                           "Can you tell me the cabin class of reservation {r}?"], r=rid)
     try:
@@ -244,7 +244,7 @@ def _airline_lookup(solver: _Solver, rng: random.Random, rid: str, uid: str) -> 
                   final_text=f"Your reservation {rid} is booked in {cabin}.")
 
 
-def _airline_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
+def _airline_two_hop(solver: Solver, rng: random.Random, uid: str) -> Any:
     message = _pick(rng, ["Hi, my user id is {u}. Where is my reservation flying to?",
                           "Hello, user id {u} here. What is the destination of my reservation?"],
                     u=uid)
@@ -260,7 +260,7 @@ def _airline_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
                   final_text=f"Your reservation {rid} flies to {dest}.")
 
 
-def _airline_change(solver: _Solver, rng: random.Random, rid: str, res: Any) -> Any:
+def _airline_change(solver: Solver, rng: random.Random, rid: str, res: Any) -> Any:
     old = res.flights[0]
     uid = res.user_id
     if old.date <= AIRLINE_NOW:
@@ -344,7 +344,7 @@ def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None 
     if count is not None and (not isinstance(count, int) or count < 1):
         raise ValueError(f"drill count {count!r} out of range: use an integer >= 1, or none for "
                          "every drill (the CLI: omit --count)")
-    solver = _Solver(domain)
+    solver = Solver(domain)
     pristine = solver.env.get_db_hash()
     rng = random.Random(f"drills:{domain}:{seed}")
     drills, skipped = [], []

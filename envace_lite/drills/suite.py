@@ -35,7 +35,7 @@ from envace_lite.envs.tau2 import (
     TICKET_INSTRUCTION,
     Tau2Env,
     UserMessage,
-    _tau2_constant,
+    tau2_constant,
     new_environment,
 )
 from envace_lite.types import Observation, Task, ToolCall
@@ -45,7 +45,7 @@ DRILL_DOMAINS: dict[str, str] = {"tau2-retail-drills": "retail", "tau2-airline-d
 
 
 @cache
-def _registered(domain: str) -> Generation:
+def registered_drills(domain: str) -> Generation:
     """The registered suite's generation (``DEFAULT_SEED``, all tiers), cached on disk."""
     from envace_lite.paths import cache_dir
 
@@ -67,7 +67,7 @@ def _registered(domain: str) -> Generation:
 
 @cache
 def _by_id(domain: str) -> dict[str, Drill]:
-    return {d.id: d for d in _registered(domain).drills}
+    return {d.id: d for d in registered_drills(domain).drills}
 
 
 def get_drill(suite: str, drill_id: str) -> Drill:
@@ -187,7 +187,7 @@ class DrillEnv(Tau2Env):
 @cache
 def _system_prompt(domain: str) -> str:
     policy = new_environment(domain).get_policy()
-    return _tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
+    return tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
         agent_instruction=TICKET_INSTRUCTION, domain_policy=policy)
 
 
@@ -212,7 +212,7 @@ def task_ids(suite: str, split: str) -> list[str]:
         raise KeyError(f"unknown split {split!r}: choose train, test or all")
     # the split keeps the order of the whole list (round-robin over tiers, then filtered), so
     # the first N test drills mix the tiers; shipped results name the drills they used
-    return [d.id for d in _registered(domain).drills if split == "all" or d.split == split]
+    return [d.id for d in registered_drills(domain).drills if split == "all" or d.split == split]
 
 
 def make(suite: str, task_id: str, **kwargs: Any) -> DrillEnv:
@@ -241,7 +241,7 @@ def drill_prompt(suite: str, drill_id: str) -> tuple[list[dict[str, Any]], list[
 def card(domain: str) -> dict[str, Any]:
     """The data card entry of a domain's registered drills: generator, seed, tiers, counts, the
     split rule, and every skipped drill with its reason."""
-    gen = _registered(domain)
+    gen = registered_drills(domain)
     return {
         "generator": f"envace_lite.drills.generate.generate v{GENERATOR_VERSION}",
         "seed": gen.seed, "tiers": list(TIERS[domain]), "counts": gen.counts(),

@@ -131,7 +131,7 @@ def micro_corpus(cfg: Config) -> list[str]:
     plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False
     texts = transcript_texts(build_transcripts(training_tasks(plain, "sft"), plain, seed=0))
     if cfg.model.pretrain:  # a base's own documents (domain pretraining) shape the vocabulary too
-        corpus = _registered(cfg.model.pretrain)[1]
+        corpus = _registered_base(cfg.model.pretrain)[1]
         if corpus is not None:
             texts += corpus(cfg.model.pretrain)
     return texts
@@ -211,7 +211,7 @@ def register_base(names: tuple[str, ...], build: BaseBuilder,
         _BASES[name] = (build, corpus)
 
 
-def _registered(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | None]:
+def _registered_base(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | None]:
     """``(build, corpus)`` registered for ``model.pretrain`` ``name``, loading the plugins first
     when it is not registered yet.
 
@@ -236,7 +236,7 @@ def micro_policy(cfg: Config) -> tuple[Any, Any]:
     """
     tok = micro_tokenizer(cfg)
     if cfg.model.pretrain:
-        return _registered(cfg.model.pretrain)[0](cfg, tok), tok
+        return _registered_base(cfg.model.pretrain)[0](cfg, tok), tok
     return micro_model(cfg, tok), tok
 
 
