@@ -159,21 +159,19 @@ def eval_cmd(
     from envace_lite.paths import new_run_dir
     from envace_lite.pipelines.tables import format_table, summarize_runs, table3, usage_table, write_summary
 
-    overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
-                 **parse_overrides(set_)}
-    for key, value in (("eval.limit", limit), ("eval.repeats", repeats), ("rehearsal.n", n),
-                       ("eval.decoding", decoding)):
-        if value is not None:
-            overrides[key] = value
+    final = {key: value for key, value in (("eval.limit", limit), ("eval.repeats", repeats),
+                                            ("rehearsal.n", n), ("eval.decoding", decoding))
+             if value is not None}
     if checkpoint:
-        overrides["model.checkpoint"] = checkpoint
+        final["model.checkpoint"] = checkpoint
     if rehearsal_checkpoint:
-        overrides["rehearsal.policy"] = rehearsal_checkpoint
+        final["rehearsal.policy"] = rehearsal_checkpoint
     if write_gate:
-        overrides["rehearsal.write_gate"] = True
+        final["rehearsal.write_gate"] = True
     if user_url:
-        overrides.update({"eval.user_url": user_url, "eval.user_model": user_model})
-    cfg = get_config(profile, overrides)
+        final.update({"eval.user_url": user_url, "eval.user_model": user_model})
+    cfg = resolve_config(profile, [], set_, final=final, extra={
+        "run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal})
     if out:  # an --out of another config is refused before anything is written into it
         mode = cfg.rehearsal.mode
         label = policy_label("", cfg)
@@ -227,10 +225,8 @@ def fidelity_cmd(
     from envace_lite.paths import new_run_dir
 
     first_tasks([], limit, "--limit")  # before any run dir or model
-    overrides = {"run.seed": seed, **parse_overrides(set_)}
-    if checkpoint:
-        overrides["model.checkpoint"] = checkpoint
-    cfg = get_config(profile, overrides)
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed},
+                         final={"model.checkpoint": checkpoint} if checkpoint else None)
     run_dir = Path(out) if out else new_run_dir("fidelity", profile, seed, cfg.run.runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.save(run_dir)
@@ -288,7 +284,7 @@ def warmstart_cmd(
     """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
     from envace_lite.pipelines.sft import CHECKPOINT, warmstart
 
-    cfg = get_config(profile, {"run.seed": seed, **parse_overrides(set_)})
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed})
     start = time.perf_counter()
     out = warmstart(cfg, run_dir or None, measure=measure)
     summary = json.loads((out / "summary.json").read_text())
@@ -327,12 +323,9 @@ def experiment_cmd(
     if eval_limit is not None:  # before any run dir
         first_tasks([], eval_limit, "--eval-limit")
     first_tasks([], fidelity_limit, "--fidelity-limit")
-    overrides = {"run.seed": seed, **parse_overrides(set_)}
-    if mode is not None:
-        overrides["grpo.mode"] = mode
-    if steps is not None:
-        overrides["grpo.steps"] = steps
-    cfg = get_config(profile, overrides)
+    final = {key: value for key, value in (("grpo.mode", mode), ("grpo.steps", steps))
+             if value is not None}
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed}, final=final)
     folder = out or new_run_dir("experiment", cfg.profile, seed, cfg.run.runs_root)
     s = run_experiment(cfg, folder, warmstart_dir=warmstart_dir or None,
                        heldout_every=heldout_every, eval_limit=eval_limit,
