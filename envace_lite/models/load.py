@@ -11,7 +11,7 @@ Four kinds of base model, chosen by ``ModelConfig.kind``:
   loads use (about 20 s → under 1 s) and which vLLM can serve.
 * ``hub``: a hub model such as ``Qwen/Qwen3-1.7B``, from the local HF cache or the hub.
 * ``micro``: a from-scratch ``Qwen3ForCausalLM`` of a few million parameters on a BPE vocabulary
-  trained on the warm-start transcripts (``micro.py``; the ``micro`` profile).
+  trained on the warm-start transcripts (``models/micro.py``; the ``micro`` profile).
 
 ``cfg.checkpoint`` replaces the base weights with a local folder: a full ``save_pretrained`` model,
 or a PEFT adapter folder (it holds ``adapter_config.json``) applied on top of the base model.

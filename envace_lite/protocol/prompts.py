@@ -199,7 +199,7 @@ def act_messages(task_messages: list[dict[str, Any]], tools: list[dict[str, Any]
 
     Args:
         task_messages: ``Task.messages``; its system messages are joined into the policy text.
-        tools: the tool schemas shown (the compact subset is chosen upstream, in ``data.py``).
+        tools: the tool schemas shown (the compact subset is chosen upstream, in ``envs/tasks.py``).
         rendering: ``compact`` or ``full``.
         policy_chars: compact only: characters of policy kept.
         history: later messages (assistant replies, tool responses, user turns), in order.
