@@ -363,13 +363,14 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
 def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, Any]:
     """``evaluate(rehearsal="parallel", n=2)`` on ``tasks`` BFCL base test tasks, uncut."""
     from envace_lite.pipelines import evaluate as ev
+    from envace_lite.config import get_config
     from envace_lite.envs import list_tasks
     from envace_lite.llm.scripted import ScriptedGenerator
     from envace_lite.models.load import qwen3_tokenizer
 
     answer, played = _script(act, rehearse)
     tok = qwen3_tokenizer()
-    cfg = ev.get_config("smoke", {"model.context_window": 65_536,
+    cfg = get_config("smoke", {"model.context_window": 65_536,
                                   "rollout.max_prompt_tokens": 40_000,
                                   "rollout.max_new_tokens_act": 20_000,
                                   "rollout.max_new_tokens_rehearse": 8000})

@@ -483,7 +483,6 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     assert rows[0]["result_config"]["eval.decoding"] == "greedy"
     with pytest.raises(ConfigError, match=r"eval\.decoding: 'greedy' -> 'sample'"):
         ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path)
-    from envace_lite.config import get_config
 
     full = get_config("smoke", {"rollout.rendering": "full"})
     with pytest.raises(ConfigError, match=r"rollout\.rendering: 'compact' -> 'full'"):
@@ -505,18 +504,18 @@ def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     """A budget sweep writes Non-TTS and N = 1, 2 rows into one folder: not a mismatch."""
     from envace_lite.pipelines import evaluate as ev
 
-    cfg = ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0})
+    cfg = get_config("smoke", {"rollout.grounding_drop_p": 0.0})
     base = ev.result_config(cfg, "p", "", "none", 0, 0)
     par = ev.result_config(cfg, "p", "p", "parallel", 2, 0)
     assert ev.config_differences(base, par) == []
     assert ev.config_hash(base) != ev.config_hash(par)
-    seq = ev.result_config(ev.get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
+    seq = ev.result_config(get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
                            "parallel", 2, 0)
     assert ev.config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
     # the memory options: recorded only when not the paper's, so older rows keep their hash,
     # and an absent one reads as its default, so a calls-memory rerun into a folder of
     # paper-memory rows is a mismatch
-    calls = ev.result_config(ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0,
+    calls = ev.result_config(get_config("smoke", {"rollout.grounding_drop_p": 0.0,
                                                      "rehearsal.memory_source": "calls"}),
                              "p", "p", "parallel", 2, 0)
     assert "rehearsal.memory_source" not in par and calls["rehearsal.memory_source"] == "calls"
@@ -532,7 +531,7 @@ def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
         {"suite": "bfcl-base", "task_id": "t", "repeat": 0, "reward": 1.0}) + "\n")
-    rc = ev.result_config(ev.get_config("smoke"), "p", "", "none", 0, 0)
+    rc = ev.result_config(get_config("smoke"), "p", "", "none", 0, 0)
     with pytest.raises(ConfigError, match="rows without a config record"):
         ev.check_out(tmp_path, rc)
     assert ev.check_out(tmp_path, rc, force=True)
@@ -736,7 +735,7 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
         return worst_rehearse[k % len(worst_rehearse)] + " </think> \\ud800"  # FEEDBACK, MEMORY
 
     _boom_on(monkeypatch, step=True)
-    cfg = ev.get_config("smoke", {"model.context_window": 65_536,
+    cfg = get_config("smoke", {"model.context_window": 65_536,
                                   "rollout.max_new_tokens_act": 20_000,
                                   "rollout.max_new_tokens_rehearse": 8000})
     pol = ev.Policy(ScriptedGenerator(script, tok), tok, "scripted")
