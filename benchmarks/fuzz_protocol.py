@@ -1,7 +1,7 @@
 """Protocol fuzz: N generated ACT and REHEARSE outputs through parse -> render -> tokenize, then
 the worst of them through a scripted ``train --steps 2`` and a ``rehearsal=parallel`` eval.
 
-The reliability acceptance: zero crashes when 10,000 generated outputs of each role go through
+The reliability check: zero crashes when 10,000 generated outputs of each role go through
 the protocol path under the smoke, micro and laptop tokenizers, and when the worst of them are
 played by a scripted policy in training and in evaluation. The outputs come from the Hypothesis
 strategies of ``envace_lite.protocol.fuzz`` (the ones ``tests/test_fuzz_protocol.py`` uses), seeded.
@@ -101,10 +101,11 @@ class World:
         from envace_lite import protocol as P
         from envace_lite.envs.tasks import load_tasks
         from envace_lite.llm.generation import chat_ids
+        from envace_lite.config import get_config
         from envace_lite.models.load import load_tokenizer
         from envace_lite.core.rollout import chat_glue
 
-        self.toks = {p: load_tokenizer(p) for p in tokenizers}
+        self.toks = {p: load_tokenizer(get_config(p)) for p in tokenizers}
         self.glue = {p: chat_glue(t) for p, t in self.toks.items()}
         self.tasks, self.prefix = {}, {}
         for s in suites:
@@ -344,7 +345,7 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
             ckpt = last_checkpoint(d)
             rec = {"finished": True, "metrics_steps": [r["step"] for r in rows],
                    "checkpoint": ckpt.name if ckpt else None}
-    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the acceptance)
+    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the check)
         rec["crash"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         logger.removeHandler(handler)
@@ -362,13 +363,14 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
 def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, Any]:
     """``evaluate(rehearsal="parallel", n=2)`` on ``tasks`` BFCL base test tasks, uncut."""
     from envace_lite.pipelines import evaluate as ev
+    from envace_lite.config import get_config
     from envace_lite.envs import list_tasks
     from envace_lite.llm.scripted import ScriptedGenerator
     from envace_lite.models.load import qwen3_tokenizer
 
     answer, played = _script(act, rehearse)
     tok = qwen3_tokenizer()
-    cfg = ev.get_config("smoke", {"model.context_window": 65_536,
+    cfg = get_config("smoke", {"model.context_window": 65_536,
                                   "rollout.max_prompt_tokens": 40_000,
                                   "rollout.max_new_tokens_act": 20_000,
                                   "rollout.max_new_tokens_rehearse": 8000})
@@ -386,7 +388,7 @@ def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, 
                        stop_reasons=dict(Counter(r["stop_reason"] for r in rows)),
                        error_rows=[r["error"][:200] for r in rows if r["error"]][:5],
                        all_rows_written=sorted(r["task_id"] for r in rows) == sorted(ids))
-    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the acceptance)
+    except Exception as exc:  # noqa: BLE001 (recorded: a crash fails the check)
         rec["crash"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         logger.removeHandler(handler)

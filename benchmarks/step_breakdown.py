@@ -16,7 +16,7 @@ rest                everything else: prompt building, parsing, glue, advantages,
 
 ``rest_ms_per_output`` divides ``rest`` by the step's outputs (ACT turns + REHEARSE calls);
 ``rest_ms_per_row`` by its training rows. The ``*_cpu*`` figures repeat the split in process CPU
-seconds (all threads), which other jobs on a shared CPU inflate far less than wall seconds. Acceptance: ≤ 20 ms per output row on ``smoke``,
+seconds (all threads), which other jobs on a shared CPU inflate far less than wall seconds. Target: ≤ 20 ms per output row on ``smoke``,
 < 5 % of the step on ``laptop``.
 
 ``--scripted`` replaces the sampled policy by ``train_step.scripted_policy`` on one BFCL base

@@ -14,9 +14,9 @@ in one process, on the laptop's compact prompts (tau2 telecom + BFCL base), gree
   prefix caching, and the cache is reset between them (``LLM.reset_prefix_cache``): otherwise
   the replay finds every prompt already cached by the engine's run.
 
-``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (acceptance: ≥ 0.7).
+``engine_share_of_raw`` = engine tokens/s ÷ raw tokens/s (target: ≥ 0.7).
 
-Usage (the vLLM venv; the laptop model folder must exist, ``load_policy('laptop')`` writes it)::
+Usage (the vLLM venv; the laptop model folder must exist, ``load_policy(get_config('laptop'))`` writes it)::
 
     .venv-vllm/bin/python benchmarks/vllm_backend.py --profile laptop
 """
@@ -58,7 +58,7 @@ class LLMGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from envace_lite.llm.generation import Completion, _trim
+        from envace_lite.llm.generation import Completion, cut_at_stop
 
         if not prompts:
             return []
@@ -69,7 +69,7 @@ class LLMGenerator:
                                  use_tqdm=False)
         result = []
         for o in outs:
-            ids, reason, _ = _trim(list(o.outputs[0].token_ids), set(self.stop_ids))
+            ids, reason, _ = cut_at_stop(list(o.outputs[0].token_ids), set(self.stop_ids))
             result.append(Completion(ids, self.tokenizer.decode(ids), None, reason))
         return result
 

@@ -62,7 +62,7 @@ class ModelConfig:
     tokens included); see ``models/micro.py`` for the measurement that chose it."""
     split_digits: bool = False
     """``micro`` only: every digit is its own pre-token, so an id (``W4284542``) is the same
-    token sequence wherever it appears. A measured lever on the drills (``docs/drills.md``): it
+    token sequence wherever it appears. A measured lever on the drills (``docs/results-log.md``): it
     did not make the policy copy ids (held-out 16.7 % vs 19.2 % without it, no successful call)."""
     pretrain: str = ""
     """``micro`` only: "" (random init), ``copy``, ``copy_hops``, or a tau2 domain (``retail``,
@@ -80,7 +80,7 @@ class ModelConfig:
     TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
     them), meant to give it the id copying a pretrained LLM has (``drills.pretrain.pretrained_base``). One
     base per profile (seed ``pretrain_seed``), shared by every run seed. A measured lever with
-    no gain on the drills (``docs/drills.md``: 0.0 % held-out after 511 steps)."""
+    no gain on the drills (``docs/results-log.md``: 0.0 % held-out after 511 steps)."""
     pretrain_epochs: float = 12.0
     """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
     pretrain_steps: int = 300

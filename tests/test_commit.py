@@ -31,7 +31,7 @@ def task():
 
 
 def tokenizer(template: str):
-    return qwen3_tokenizer() if template == "qwen3" else load_tokenizer("laptop")  # SmolLM2
+    return qwen3_tokenizer() if template == "qwen3" else load_tokenizer(get_config("laptop"))  # SmolLM2
 
 
 def gold_script(task) -> list[str]:
@@ -106,8 +106,8 @@ def test_committed_execution_and_real_rollout_run_one_engine(task, monkeypatch):
     ep = Episode(task.suite, task.id, 0, env, env.reset())
     [row] = run_committed(ScriptedGenerator({"act": script}, tok), tok, [ep], cfg)
 
-    training = [(p, t) for hooks, p, t in steps if hooks == "_Training"]
-    committed = [(p, t) for hooks, p, t in steps if hooks == "_Committed"]
+    training = [(p, t) for hooks, p, t in steps if hooks == "_TrainingHooks"]
+    committed = [(p, t) for hooks, p, t in steps if hooks == "_CommittedHooks"]
     assert len(training) == len(committed) == len(script) == 4
     assert committed == training
     assert ep.act_ids == traj.act_ids

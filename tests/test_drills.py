@@ -25,12 +25,12 @@ RETAIL, AIRLINE = "tau2-retail-drills", "tau2-airline-drills"
 
 @pytest.fixture(scope="module")
 def retail():
-    return drills._registered("retail")
+    return drills.registered_drills("retail")
 
 
 @pytest.fixture(scope="module")
 def airline():
-    return drills._registered("airline")
+    return drills.registered_drills("airline")
 
 
 def test_generated_from_the_real_databases(retail, airline):

@@ -11,7 +11,7 @@ without an exception, and every prompt built from it must be valid UTF-8 and tok
 Tiers: the default test runs a fixed, derandomized set of ``CI_EXAMPLES`` examples; the
 ``fuzz_long`` marker runs ``LONG_EXAMPLES`` through this whole path, ``env.step`` included (by
 hand: ``pytest tests/test_fuzz_protocol.py -m fuzz_long``; ``FUZZ_EXAMPLES`` overrides the
-count). The 10,000-output acceptance run is ``benchmarks/fuzz_protocol.py``: the same strategies
+count). The 10,000-output run is ``benchmarks/fuzz_protocol.py``: the same strategies
 through parse -> render -> tokenize without the env step, then its worst outputs through a
 scripted train and a ``rehearsal=parallel`` eval.
 """
@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envace_lite import protocol as P
+from envace_lite.config import get_config
 from envace_lite.envs import SUITES, list_tasks, make_env
 from envace_lite.protocol.fuzz import act_outputs, rehearse_outputs
 from envace_lite.protocol.fuzz import decoded as _decoded
@@ -55,7 +56,7 @@ def world():
         env = make_env(s, tid, **kw)
         suites[s] = {"env": env, "messages": env.reset(), "tools": env.tool_schemas(),
                      "id": tid, "kw": kw}
-    toks = {p: load_tokenizer(p) for p in PROFILES}
+    toks = {p: load_tokenizer(get_config(p)) for p in PROFILES}
     yield {"suites": suites, "toks": toks, "ran": {"examples": 0}}
     for v in suites.values():
         v["env"].close()

@@ -18,7 +18,7 @@ from envace_lite.llm.generation import (
     Generator,
     HFGenerator,
     PrefixCache,
-    _trim,
+    cut_at_stop,
     chat_ids,
 )
 from envace_lite.llm.scripted import ScriptedGenerator
@@ -177,7 +177,7 @@ def test_tiny_model_forward_shape(tok, tiny):
 
 
 def test_load_policy_smoke_eval_and_lora(tmp_path):
-    model, tok = load_policy("smoke")
+    model, tok = load_policy(get_config("smoke"))
     assert not model.training and tok.padding_side == "left" and tok.pad_token_id == 151643
     assert next(model.parameters()).device.type == "cpu"
 
@@ -287,9 +287,9 @@ def test_stop_token_is_stripped(tok, lively):
 
 
 def test_trim():
-    assert _trim([5, 6, 2, 0, 0], {2}) == ([5, 6], "stop", 2)
-    assert _trim([5, 6, 7], {2}) == ([5, 6, 7], "length", 3)
-    assert _trim([2, 9], {2, 9}) == ([], "stop", 0)
+    assert cut_at_stop([5, 6, 2, 0, 0], {2}) == ([5, 6], "stop", 2)
+    assert cut_at_stop([5, 6, 7], {2}) == ([5, 6, 7], "length", 3)
+    assert cut_at_stop([2, 9], {2, 9}) == ([], "stop", 0)
 
 
 def test_sampling_is_seeded_and_logprobs_match_a_forward_pass(tok, lively):
@@ -413,7 +413,7 @@ def test_smollm2_gguf_loads_and_generates():
 
     assert smollm2_gguf_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     start = time.perf_counter()
-    model, tok = load_policy("laptop")
+    model, tok = load_policy(get_config("laptop"))
     loaded = time.perf_counter() - start
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.vocab_size == 49152
     assert len(tok) == 49152 and tok.eos_token == "<|im_end|>"

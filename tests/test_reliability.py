@@ -15,6 +15,7 @@ import pytest
 
 from envace_lite import paths
 from envace_lite import protocol as P
+from envace_lite.config import get_config
 from envace_lite.protocol import ErrorCode as E
 
 TOOLS = [{"type": "function", "function": {
@@ -265,7 +266,7 @@ def test_negative_limit_is_refused_before_anything_runs(tmp_path, monkeypatch):
     for name in ("list_tasks", "make_env", "run_committed", "as_policy"):
         monkeypatch.setattr(ev, name, boom)
     with pytest.raises(ValueError, match="limit must be >= 0"):
-        ev.evaluate("base", "bfcl-base", cfg="smoke", limit=-1, out=tmp_path)
+        ev.evaluate("base", "bfcl-base", cfg=get_config("smoke"), limit=-1, out=tmp_path)
     assert not (tmp_path / "results.jsonl").exists()
 
 
@@ -301,11 +302,11 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
 
     ran = script_committed(monkeypatch, ["t0", "t1"])
     pol = ev.Policy(None, None, "fake")
-    ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, repeats=1, out=tmp_path)
+    ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, repeats=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     with results.open("a") as f:
         f.write('{"suite": "bfcl-base", "task_id": "t1", "rep')  # killed mid-write
-    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=2, repeats=1, out=tmp_path)
+    rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=2, repeats=1, out=tmp_path)
     assert ran == ["t0", "t1"] and [r["task_id"] for r in rows] == ["t0", "t1"]
     assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
@@ -475,22 +476,21 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     from envace_lite.pipelines.tables import summarize_runs
 
     pol = _scripted_policy()
-    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+    rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     before = results.read_text()
     assert len(rows) == 1 and rows[0]["config_hash"] == ev.config_hash(rows[0]["result_config"])
     assert rows[0]["result_config"]["eval.decoding"] == "greedy"
     with pytest.raises(ConfigError, match=r"eval\.decoding: 'greedy' -> 'sample'"):
-        ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path)
-    from envace_lite.config import get_config
+        ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path)
 
     full = get_config("smoke", {"rollout.rendering": "full"})
     with pytest.raises(ConfigError, match=r"rollout\.rendering: 'compact' -> 'full'"):
         ev.evaluate(pol, "bfcl-base", cfg=full, limit=1, out=tmp_path)
     assert results.read_text() == before  # nothing appended, nothing reused
-    same = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)  # resumes: 0 to run
+    same = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)  # resumes: 0 to run
     assert same == rows and results.read_text() == before
-    mixed = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, decoding="sample", out=tmp_path,
+    mixed = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path,
                         force_new_config=True)
     assert mixed[0]["decoding"] == "sample" and mixed[0]["config_hash"] != rows[0]["config_hash"]
     kept = ev.read_rows(results)
@@ -504,18 +504,18 @@ def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     """A budget sweep writes Non-TTS and N = 1, 2 rows into one folder: not a mismatch."""
     from envace_lite.pipelines import evaluate as ev
 
-    cfg = ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0})
+    cfg = get_config("smoke", {"rollout.grounding_drop_p": 0.0})
     base = ev.result_config(cfg, "p", "", "none", 0, 0)
     par = ev.result_config(cfg, "p", "p", "parallel", 2, 0)
     assert ev.config_differences(base, par) == []
     assert ev.config_hash(base) != ev.config_hash(par)
-    seq = ev.result_config(ev.get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
+    seq = ev.result_config(get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
                            "parallel", 2, 0)
     assert ev.config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
     # the memory options: recorded only when not the paper's, so older rows keep their hash,
     # and an absent one reads as its default, so a calls-memory rerun into a folder of
     # paper-memory rows is a mismatch
-    calls = ev.result_config(ev.get_config("smoke", {"rollout.grounding_drop_p": 0.0,
+    calls = ev.result_config(get_config("smoke", {"rollout.grounding_drop_p": 0.0,
                                                      "rehearsal.memory_source": "calls"}),
                              "p", "p", "parallel", 2, 0)
     assert "rehearsal.memory_source" not in par and calls["rehearsal.memory_source"] == "calls"
@@ -531,7 +531,7 @@ def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
         {"suite": "bfcl-base", "task_id": "t", "repeat": 0, "reward": 1.0}) + "\n")
-    rc = ev.result_config(ev.get_config("smoke"), "p", "", "none", 0, 0)
+    rc = ev.result_config(get_config("smoke"), "p", "", "none", 0, 0)
     with pytest.raises(ConfigError, match="rows without a config record"):
         ev.check_out(tmp_path, rc)
     assert ev.check_out(tmp_path, rc, force=True)
@@ -735,7 +735,7 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
         return worst_rehearse[k % len(worst_rehearse)] + " </think> \\ud800"  # FEEDBACK, MEMORY
 
     _boom_on(monkeypatch, step=True)
-    cfg = ev.get_config("smoke", {"model.context_window": 65_536,
+    cfg = get_config("smoke", {"model.context_window": 65_536,
                                   "rollout.max_new_tokens_act": 20_000,
                                   "rollout.max_new_tokens_rehearse": 8000})
     pol = ev.Policy(ScriptedGenerator(script, tok), tok, "scripted")

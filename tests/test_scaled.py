@@ -469,7 +469,7 @@ def test_vllm_server_answers_trls_client_through_vllmgenerator(tmp_path):
 
     folder = Path.home() / ".cache" / "envace_lite" / "models" / "smollm2-135m"
     if not (folder / "config.json").exists():
-        pytest.skip("run models.load_policy('laptop') once to save the SmolLM2 HF folder")
+        pytest.skip("run load_policy(get_config('laptop')) once to save the SmolLM2 HF folder")
     port = 8765
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(

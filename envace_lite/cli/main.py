@@ -48,7 +48,6 @@ from envace_lite.config import (
     ConfigError,
     check_profile,
     first_tasks,
-    get_config,
     parse_overrides,
 )
 from envace_lite.profiles import PROFILES
@@ -116,7 +115,8 @@ def resolve_config(profile: str, files: list[str], sets: list[str],
     Raises:
         ConfigError: an unreadable overrides file, or a ``--set`` item that is malformed, names
         an unknown key or has a value of the wrong type or range (``config.parse_overrides``).
-        ValueError: an invalid combination (``Config.finalize``).
+        ConfigError: an invalid combination (``Config.finalize``'s ``ValueError``, one line at
+            the CLI).
     """
     from envace_lite.config import load_overrides
 
@@ -129,7 +129,7 @@ def resolve_config(profile: str, files: list[str], sets: list[str],
     overrides |= extra or {}
     overrides |= parse_overrides(sets)
     overrides |= final or {}
-    return get_config(profile, overrides)
+    return config_for(profile, overrides)
 
 
 @app.command("eval")
@@ -196,21 +196,20 @@ def eval_cmd(
         write_summary,
     )
 
-    overrides = {"run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal,
-                 **parse_overrides(set_)}
-    for key, value in (("eval.limit", limit), ("eval.repeats", repeats), ("rehearsal.n", n),
-                       ("eval.decoding", decoding), ("rehearsal.strategy", strategy)):
-        if value is not None:
-            overrides[key] = value
+    final = {key: value for key, value in (("eval.limit", limit), ("eval.repeats", repeats),
+                                            ("rehearsal.n", n), ("eval.decoding", decoding),
+                                            ("rehearsal.strategy", strategy))
+             if value is not None}
     if checkpoint:
-        overrides["model.checkpoint"] = checkpoint
+        final["model.checkpoint"] = checkpoint
     if rehearsal_checkpoint:
-        overrides["rehearsal.policy"] = rehearsal_checkpoint
+        final["rehearsal.policy"] = rehearsal_checkpoint
     if write_gate:
-        overrides["rehearsal.write_gate"] = True
+        final["rehearsal.write_gate"] = True
     if user_url:
-        overrides.update({"eval.user_url": user_url, "eval.user_model": user_model})
-    cfg = config_for(profile, overrides)
+        final.update({"eval.user_url": user_url, "eval.user_model": user_model})
+    cfg = resolve_config(profile, [], set_, final=final, extra={
+        "run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal})
     # every option before any run folder or model: all suites and the split, the USER URL,
     # the checkpoints, and (last, one request) that the USER endpoint answers
     suites = suite or cfg.eval.suites
@@ -281,10 +280,8 @@ def fidelity_cmd(
     first_tasks([], limit, "--limit")  # before any run dir or model
     if bad := [x for x in source if x not in SOURCES]:
         raise ConfigError(f"--source {bad[0]!r}: choose from {list(SOURCES)}")
-    overrides = {"run.seed": seed, **parse_overrides(set_)}
-    if checkpoint:
-        overrides["model.checkpoint"] = checkpoint
-    cfg = config_for(profile, overrides)
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed},
+                         final={"model.checkpoint": checkpoint} if checkpoint else None)
     check_suites(list(suite), "all", None)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
     run_dir = make_run_folder(out, "fidelity", profile, seed, cfg.run.runs_root)
@@ -351,7 +348,7 @@ def warmstart_cmd(
     """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
     from envace_lite.pipelines.sft import CHECKPOINT, warmstart
 
-    cfg = config_for(profile, {"run.seed": seed, **parse_overrides(set_)})
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed})
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     folder = make_run_folder(run_dir, "warmstart", cfg.profile, seed, cfg.run.runs_root)
     start = time.perf_counter()
@@ -395,12 +392,9 @@ def experiment_cmd(
     first_tasks([], fidelity_limit, "--fidelity-limit")
     if heldout_every < 0:
         raise ConfigError(f"--heldout-every={heldout_every}: expected int >= 0 (0 = at the end)")
-    overrides = {"run.seed": seed, **parse_overrides(set_)}
-    if mode is not None:
-        overrides["grpo.mode"] = mode
-    if steps is not None:
-        overrides["grpo.steps"] = steps
-    cfg = config_for(profile, overrides)
+    final = {key: value for key, value in (("grpo.mode", mode), ("grpo.steps", steps))
+             if value is not None}
+    cfg = resolve_config(profile, [], set_, extra={"run.seed": seed}, final=final)
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     if warmstart_dir:
         from envace_lite.pipelines.sft import CHECKPOINT

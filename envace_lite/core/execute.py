@@ -8,7 +8,7 @@ in the real adapter with the memory m_x in its context.
 
 Committed execution is the ACT engine of training (``engine.run_turns``, the loop of
 ``rollout(mode="real")``) on the same token ids (docs/design.md, "Committed execution on
-training's tokens"), with its own hooks (``_Committed``): before each turn, the episodes that
+training's tokens"), with its own hooks (``_CommittedHooks``): before each turn, the episodes that
 just got a user message rehearse together and m_x joins (``apply_rehearsal``); the first prompt,
 and any prompt after the env's tool list changed (BFCL miss_func), is rendered from the messages
 (``act_prompt``); every call of a reply runs, through the write gate when the episode has one
@@ -195,7 +195,7 @@ def _finish(ep: Episode, cfg: Config, mode: RehearsalMode, n: int,
     }
 
 
-def _fail(ep: Episode, where: str, exc: BaseException) -> None:
+def _end_episode(ep: Episode, where: str, exc: BaseException) -> None:
     """End one episode on an exception in its own work; its row records it."""
     ep.stop_reason, ep.error = "error", f"{where}: {type(exc).__name__}: {exc}"[:500]
     ep.events.append({"kind": "error", "error": ep.error})
@@ -213,7 +213,7 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
         raise
     except Exception as exc:  # noqa: BLE001 (find the episode that failed; the rest go on)
         if len(todo) == 1:
-            _fail(todo[0], "rehearsal", exc)
+            _end_episode(todo[0], "rehearsal", exc)
             return
         log.warning("a rehearsal batch of %d episodes failed (%r); rehearsing one by one",
                     len(todo), exc)
@@ -227,7 +227,7 @@ def _rehearse_guarded(todo: list[Episode], gen: Generator, tok: Any, cfg: Config
         except RehearsalExecuted:
             raise
         except Exception as exc:  # noqa: BLE001
-            _fail(ep, "rehearsal", exc)
+            _end_episode(ep, "rehearsal", exc)
         else:
             apply_rehearsal(ep, rec, cfg.rehearsal.memory_placement)
 
@@ -298,10 +298,11 @@ def act_prompt(ep: Episode, tokenizer: Any, cfg: Config) -> list[int]:
     Returns:
         The prompt ids, shape (P,).
     """
-    return next_prompt(_Slot(0, ep), _Committed(tokenizer, cfg), tokenizer, chat_glue(tokenizer))
+    return next_prompt(_EpisodeSlot(0, ep), _CommittedHooks(tokenizer, cfg), tokenizer,
+                       chat_glue(tokenizer))
 
 
-class _Slot(ActState):
+class _EpisodeSlot(ActState):
     """The engine's view of one episode (``engine.ActState``); ``index``: its place in the run."""
 
     def __init__(self, index: int, ep: Episode) -> None:
@@ -318,7 +319,7 @@ class _Slot(ActState):
     env = property(lambda s: s.ep.env)
 
 
-class _Committed(ActHooks):
+class _CommittedHooks(ActHooks):
     """The engine's rules in committed execution (``engine.ActHooks``).
 
     ``before_act``: the live episodes that just got a user message rehearse (``rehearse``, when
@@ -337,7 +338,7 @@ class _Committed(ActHooks):
                  finish: Any = None) -> None:
         self.tokenizer, self.cfg, self.rehearse, self.finish = tokenizer, cfg, rehearse, finish
 
-    def before_act(self, live: list[_Slot]) -> None:
+    def before_act(self, live: list[_EpisodeSlot]) -> None:
         todo = [x for x in live if x.ep.needs_rehearsal]
         if self.rehearse is None or not todo:
             return
@@ -346,13 +347,13 @@ class _Committed(ActHooks):
             if x.ep.stop_reason == "error":
                 self.stopped(x)
 
-    def preset(self, x: _Slot) -> Completion | None:
+    def preset(self, x: _EpisodeSlot) -> Completion | None:
         out, x.ep.preset = x.ep.preset, None
         if out is not None:
             x.ep.preset_tokens += len(out.ids)
         return out
 
-    def render(self, x: _Slot) -> list[int] | None:
+    def render(self, x: _EpisodeSlot) -> list[int] | None:
         ep, rc = x.ep, self.cfg.rollout
         tools = ep.env.tool_schemas()
         if ep.act_ids and tools == ep.act_tools:
@@ -361,29 +362,29 @@ class _Committed(ActHooks):
         return chat_ids(self.tokenizer, protocol.act_messages(
             ep.messages, tools, rc.rendering, rc.compact_policy_chars, ep.history))
 
-    def pending(self, x: _Slot) -> list[dict[str, Any]]:
+    def pending(self, x: _EpisodeSlot) -> list[dict[str, Any]]:
         return x.ep.history[x.ep.act_history_len:]
 
-    def join(self, x: _Slot, messages: list[dict[str, Any]]) -> None:
+    def join(self, x: _EpisodeSlot, messages: list[dict[str, Any]]) -> None:
         x.ep.history.extend(messages)
 
-    def tools(self, x: _Slot) -> list[dict[str, Any]]:
+    def tools(self, x: _EpisodeSlot) -> list[dict[str, Any]]:
         x.tools = x.ep.env.tool_schemas()
         return x.tools
 
-    def on_output(self, x: _Slot, prompt: list[int], out: Any, ids: list[int],
+    def on_output(self, x: _EpisodeSlot, prompt: list[int], out: Any, ids: list[int],
                   parsed: protocol.ActParse) -> None:
         x.ep.history.append({"role": "assistant", "content": out.text})
         x.ep.act_history_len = len(x.ep.history)
         x.ep.act_tokens += len(out.ids)
 
-    def parse_error(self, x: _Slot, text: str, parsed: protocol.ActParse, turn: int) -> str:
+    def parse_error(self, x: _EpisodeSlot, text: str, parsed: protocol.ActParse, turn: int) -> str:
         x.ep.parse_errors += 1
         log.info("%s: parse error %s (%s); treated as a text reply",
                  x.ep.task_id, parsed.error_code.value, parsed.reason)
         return text
 
-    def user_turn(self, x: _Slot, text: str) -> list[dict[str, Any]] | None:
+    def user_turn(self, x: _EpisodeSlot, text: str) -> list[dict[str, Any]] | None:
         ep = x.ep
         ep.events.append({"kind": "end_turn", "text": text})
         nxt = ep.env.end_turn(text)
@@ -395,27 +396,27 @@ class _Committed(ActHooks):
             ep.gate.see_messages(nxt)
         return nxt
 
-    def route_calls(self, x: _Slot, calls: list[ToolCall], turn: int) -> None:
+    def route_calls(self, x: _EpisodeSlot, calls: list[ToolCall], turn: int) -> None:
         ep = x.ep
         ep.tool_calls += sum(c.name not in ep.env.terminal_tools for c in calls)
         ep.violations += sum(1 for c in calls if c.violations)
         x.calls = list(calls)
 
-    def execute(self, x: _Slot) -> None:
+    def execute(self, x: _EpisodeSlot) -> None:
         x.observations = _execute(x.ep, x.calls, x.tools)
 
-    def step_stop(self, x: _Slot) -> str:
+    def step_stop(self, x: _EpisodeSlot) -> str:
         return "terminal_tool" if x.ep.env.done else ""
 
-    def stopped(self, x: _Slot) -> None:
+    def stopped(self, x: _EpisodeSlot) -> None:
         if x.ep.stop_reason == "context_budget":
             log.info("%s: its ACT prompt is over the budget of %d tokens; episode ends",
                      x.ep.task_id, self.cfg.rollout.max_prompt_tokens)
         if self.finish is not None:
             self.finish(x.index, x.ep)
 
-    def fail(self, x: _Slot, where: str, exc: BaseException) -> None:
-        _fail(x.ep, where, exc)
+    def fail(self, x: _EpisodeSlot, where: str, exc: BaseException) -> None:
+        _end_episode(x.ep, where, exc)
 
 
 def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode], cfg: Config, *,
@@ -483,8 +484,8 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
         else:
             _rehearse_guarded(todo, rgen, rtok, cfg, mode, n)
 
-    hooks = _Committed(tokenizer, cfg, rehearse if mode != "none" else None, finish)
-    run_turns([_Slot(i, ep) for i, ep in enumerate(episodes)], generator, tokenizer, hooks,
+    hooks = _CommittedHooks(tokenizer, cfg, rehearse if mode != "none" else None, finish)
+    run_turns([_EpisodeSlot(i, ep) for i, ep in enumerate(episodes)], generator, tokenizer, hooks,
               max_new_tokens=cfg.rollout.max_new_tokens_act, temperature=temperature,
               top_p=top_p, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
               max_turns=cfg.eval.max_turns)

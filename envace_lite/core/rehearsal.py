@@ -115,7 +115,7 @@ class Attempt:
         return prompts.render_attempt(self.steps, self.trajectory.stop_reason, max_chars)
 
 
-class Episode(Protocol):
+class EpisodeView(Protocol):
     """What rehearsal reads of a committed episode (``episode.Episode`` has it); never written.
 
     Attributes:
@@ -172,7 +172,7 @@ class TurnRehearsal:
         return sum(a.feedback is not None and not a.feedback.ok for a in self.attempts)
 
 
-def imagined_task(ep: Episode, rendering: str, context: dict[str, str] | None = None) -> Task:
+def imagined_task(ep: EpisodeView, rendering: str, context: dict[str, str] | None = None) -> Task:
     """The committed state of ``ep`` as a one-user-turn ``Task`` for ``rollout``.
 
     Messages: the episode's initial messages, the real history so far (earlier memory messages
@@ -227,13 +227,13 @@ def _fit(build: Any, tokenizer: Any, budget: int, chars: int, n_history: int) ->
             return ids
 
 
-def _plain(ep: Episode) -> list[dict[str, str]]:
+def _plain(ep: EpisodeView) -> list[dict[str, str]]:
     """The real conversation so far without the system prompt (as REHEARSE reads it)."""
     return [{"role": m["role"], "content": m["content"]}
             for m in ep.messages + ep.history if m["role"] != "system"]
 
 
-def _write_feedback(items: list[tuple[Episode, Attempt]], gen: Generator, tokenizer: Any,
+def _write_feedback(items: list[tuple[EpisodeView, Attempt]], gen: Generator, tokenizer: Any,
                     cfg: Config, sampling: tuple[float, float]) -> None:
     """One FEEDBACK generate call for every attempt in ``items``."""
     if not items:
@@ -262,7 +262,7 @@ def _blocks(attempts: list[Attempt], chars: int) -> list[tuple[str, str]]:
             for a in attempts]
 
 
-def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg: Config,
+def rehearse_turns(episodes: list[EpisodeView], gen: Generator, tokenizer: Any, cfg: Config,
                    mode: str, n: int) -> list[TurnRehearsal]:
     """Rehearse the current user turn of every episode, batched across episodes.
 
@@ -326,7 +326,7 @@ def rehearse_turns(episodes: list[Episode], gen: Generator, tokenizer: Any, cfg:
     return recs
 
 
-def _fit_context_chars(ep: Episode, attempts: list[Attempt], tokenizer: Any,
+def _fit_context_chars(ep: EpisodeView, attempts: list[Attempt], tokenizer: Any,
                        cfg: Config) -> int:
     """The transcript cap at which attempt n's ACT prompt (with the context) fits the budget."""
     chars, budget = cfg.rehearsal.attempt_chars, cfg.rollout.max_prompt_tokens
@@ -387,7 +387,7 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
     return mem
 
 
-def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Generator,
+def _write_memories(episodes: list[EpisodeView], recs: list[TurnRehearsal], gen: Generator,
                     tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
     """Sets ``rec.memory``: one MEMORY generate call for every episode, or the rule-built
     ``calls_memory`` when ``rehearsal.memory_source`` is ``calls``."""
@@ -415,7 +415,7 @@ def _write_memories(episodes: list[Episode], recs: list[TurnRehearsal], gen: Gen
 
 __all__ = [
     "Attempt",
-    "Episode",
+    "EpisodeView",
     "RehearsalExecuted",
     "TurnRehearsal",
     "calls_memory",

@@ -12,7 +12,7 @@ rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, r
 - Turn-synchronous batching: all live ACT prompts go to ONE ``generate`` call, then all their
   REHEARSE prompts to ONE more; finished trajectories drop out. The ACT loop is the engine that
   committed execution also runs (``engine.run_turns``); training's rules are its hooks
-  (``_Training``; docs/design.md, "Committed execution on training's tokens").
+  (``_TrainingHooks``; docs/design.md, "Committed execution on training's tokens").
 - Packing: ``act_ids`` is append-only: each ACT output's sampled ids verbatim (mask 1, plus the
   template's end-of-turn id when it stopped), then glue (mask 0) derived from the tokenizer's own
   chat template (``chat_glue``): the turn's closing, a user message with the ``<tool_response>``
@@ -90,7 +90,7 @@ TERMINAL_TOOLS = {"tau2-telecom": frozenset({"done"})}
 
 
 @dataclass
-class _Live(ActState):
+class _LiveTrajectory(ActState):
     """Per-trajectory state of ``rollout`` besides the record itself (the engine's ``ActState``:
     ``act_ids``, ``turns``, ``stop_reason`` and ``env`` are the trajectory's own)."""
 
@@ -112,7 +112,7 @@ class _Live(ActState):
     env = property(lambda s: s.traj.env)
 
 
-def _grounding(s: _Live, rc: Any) -> list[dict[str, Any]] | None:
+def _grounding(s: _LiveTrajectory, rc: Any) -> list[dict[str, Any]] | None:
     """REHEARSE's grounding for this call: every user turn's gold pairs (``grounding_scope=
     "task"``) or those of the current and earlier user turns (``"seen"``)."""
     if s.grounding is None:
@@ -130,7 +130,7 @@ def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalPar
     return Observation(raw, error=protocol.is_error_content(raw)), parsed
 
 
-def _fail(s: _Live, where: str, exc: BaseException) -> None:
+def _end_trajectory(s: _LiveTrajectory, where: str, exc: BaseException) -> None:
     """End one trajectory on an exception in its own work, keeping what it has."""
     t = s.traj
     t.stop_reason, t.error = "error", f"{where}: {type(exc).__name__}: {exc}"[:500]
@@ -141,13 +141,13 @@ def _fail(s: _Live, where: str, exc: BaseException) -> None:
                 t.turns, t.error)
 
 
-def _guarded(s: _Live, where: str, fn: Callable[..., Any], *args: Any) -> None:
+def _guarded(s: _LiveTrajectory, where: str, fn: Callable[..., Any], *args: Any) -> None:
     if s.traj.stop_reason == "error":
         return
     try:
         fn(*args)
     except Exception as exc:  # noqa: BLE001 (one trajectory's failure never ends the batch)
-        _fail(s, where, exc)
+        _end_trajectory(s, where, exc)
 
 
 def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config, *, k: int,
@@ -177,7 +177,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     if mode == "real" and env_factory is None:
         env_factory = lambda task: make_env(task.suite, task.id)
     rc, rng, started = cfg.rollout, random.Random(seed), time.time()
-    lives: list[_Live] = []
+    lives: list[_LiveTrajectory] = []
     for task in tasks:
         try:
             prompt, failed = chat_ids(tokenizer, protocol.act_messages(
@@ -201,10 +201,10 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
                 t.stop_reason = "context_budget"
             terminal = env.terminal_tools if env is not None else TERMINAL_TOOLS.get(
                 task.suite, frozenset())
-            lives.append(_Live(t, list(plain), task.grounding if gold else None,
+            lives.append(_LiveTrajectory(t, list(plain), task.grounding if gold else None,
                                frozenset(terminal)))
 
-    run_turns(lives, generator, tokenizer, _Training(cfg, mode, generator, simulator, tokenizer),
+    run_turns(lives, generator, tokenizer, _TrainingHooks(cfg, mode, generator, simulator, tokenizer),
               max_new_tokens=rc.max_new_tokens_act, temperature=rc.temperature, top_p=rc.top_p,
               max_prompt_tokens=rc.max_prompt_tokens, max_turns=rc.max_turns)
     stats = rollout_stats([s.traj for s in lives])
@@ -216,7 +216,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     return [s.traj for s in lives]
 
 
-class _Training(ActHooks):
+class _TrainingHooks(ActHooks):
     """The engine's rules in training (``engine.ActHooks``): the task's tools; calls get
     ``call_<turn>_<k>`` ids and the first terminal call ends the reply; a parse error stops the
     trajectory; user turns are replayed (``_close_user_turn``); real mode steps the env, the other
@@ -235,17 +235,17 @@ class _Training(ActHooks):
     def keep_turning(self, acting: bool) -> bool:
         return any_rank(acting) if self.sync else acting
 
-    def pending(self, s: _Live) -> list[dict[str, Any]]:
+    def pending(self, s: _LiveTrajectory) -> list[dict[str, Any]]:
         return s.pending
 
-    def join(self, s: _Live, messages: list[dict[str, Any]]) -> None:
+    def join(self, s: _LiveTrajectory, messages: list[dict[str, Any]]) -> None:
         s.pending.extend(messages)
         s.messages.extend(messages)
 
-    def tools(self, s: _Live) -> list[dict[str, Any]]:
+    def tools(self, s: _LiveTrajectory) -> list[dict[str, Any]]:
         return s.traj.task.tools
 
-    def on_output(self, s: _Live, prompt: list[int], out: Completion, ids: list[int],
+    def on_output(self, s: _LiveTrajectory, prompt: list[int], out: Completion, ids: list[int],
                   parsed: protocol.ActParse) -> None:
         """Record the output (``Output``), its span and mask: 0 for the glue, 1 for its ids."""
         t = s.traj
@@ -259,17 +259,17 @@ class _Training(ActHooks):
         s.messages.append({"role": "assistant", "content": out.text})
         s.pending = []
 
-    def parse_error(self, s: _Live, text: str, parsed: protocol.ActParse,
+    def parse_error(self, s: _LiveTrajectory, text: str, parsed: protocol.ActParse,
                     turn: int) -> str | None:
         s.traj.stop_reason = "parse_error"
         log.debug("%s #%d turn %d: ACT parse error %s (%s): %r", s.traj.task.id, s.traj.index,
                   turn, parsed.error_code.value, parsed.reason, text[:120])
         return None
 
-    def user_turn(self, s: _Live, text: str) -> list[dict[str, Any]] | None:
+    def user_turn(self, s: _LiveTrajectory, text: str) -> list[dict[str, Any]] | None:
         return _close_user_turn(s, text, self.cfg)
 
-    def route_calls(self, s: _Live, calls: list[ToolCall], turn: int) -> None:
+    def route_calls(self, s: _LiveTrajectory, calls: list[ToolCall], turn: int) -> None:
         for j, call in enumerate(calls):
             call.call_id = f"call_{turn}_{j}"
             if call.name in s.terminal:
@@ -277,7 +277,7 @@ class _Training(ActHooks):
                 break
             s.calls.append(call)
 
-    def observe(self, acting: list[_Live]) -> None:
+    def observe(self, acting: list[_LiveTrajectory]) -> None:
         if self.mode == "real":
             super().observe(acting)
         else:
@@ -285,7 +285,7 @@ class _Training(ActHooks):
             _rehearse(acting, self.rehearser, self.tokenizer, self.cfg,
                       "frozen_simulator" if frozen else "rehearsed", always_call=self.sync)
 
-    def execute(self, s: _Live) -> None:
+    def execute(self, s: _LiveTrajectory) -> None:
         """Real mode: ``env.step`` the calls (and the terminal call, which it never counts)."""
         t = s.traj
         batch = s.calls + ([s.terminal_call] if s.terminal_call is not None else [])
@@ -294,18 +294,18 @@ class _Training(ActHooks):
         for call, obs in zip(s.calls, s.observations):
             t.steps.append(Step(t.turns - 1, s.user_turn, call, obs, "real"))
 
-    def step_stop(self, s: _Live) -> str:
+    def step_stop(self, s: _LiveTrajectory) -> str:
         if s.terminal_call is not None:
             return "terminal_tool"
         if s.traj.env is not None and s.traj.env.done and self.mode == "real":
             return "env_done"
         return ""
 
-    def fail(self, s: _Live, where: str, exc: BaseException) -> None:
-        _fail(s, where, exc)
+    def fail(self, s: _LiveTrajectory, where: str, exc: BaseException) -> None:
+        _end_trajectory(s, where, exc)
 
 
-def _close_user_turn(s: _Live, text: str, cfg: Any) -> list[dict[str, Any]] | None:
+def _close_user_turn(s: _LiveTrajectory, text: str, cfg: Any) -> list[dict[str, Any]] | None:
     """A final answer: the next user turn's messages (real: ``env.end_turn``; else the reference
     turn, gated or always), or None when the trajectory ends (``gate_closed`` set here)."""
     t, u = s.traj, s.user_turn
@@ -330,7 +330,7 @@ def _close_user_turn(s: _Live, text: str, cfg: Any) -> list[dict[str, Any]] | No
     return [{"role": "user", "content": str(m.get("content") or "")} for m in nxt]
 
 
-def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
+def _rehearse(acting: list[_LiveTrajectory], gen: Generator, tokenizer: Any, cfg: Any,
               source: str, always_call: bool = False) -> None:
     """One REHEARSE generate call for every call of every acting trajectory, in order.
 
@@ -354,7 +354,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
                                             call, count, rc.max_prompt_tokens, rc.rendering)
             built.append(((s, j, call), chat_ids(tokenizer, rp.messages), rp.fits))
         except Exception as exc:  # noqa: BLE001 (this trajectory ends; the batch goes on)
-            _fail(s, f"rehearse prompt of call {j}", exc)
+            _end_trajectory(s, f"rehearse prompt of call {j}", exc)
     built = [b for b in built if b[0][0].traj.stop_reason != "error"]
     kept, prompts, fits = [b[0] for b in built], [b[1] for b in built], [b[2] for b in built]
     outs = gen.generate(prompts, role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
@@ -366,7 +366,7 @@ def _rehearse(acting: list[_Live], gen: Generator, tokenizer: Any, cfg: Any,
                  out, glue, source)
 
 
-def _record_rehearsal(s: _Live, j: int, call: Any, prompt: list[int], fit: bool,
+def _record_rehearsal(s: _LiveTrajectory, j: int, call: Any, prompt: list[int], fit: bool,
                       out: Completion, glue: ChatGlue, source: str) -> None:
     """Record one REHEARSE output as an ``Output`` and its observation as a ``Step``."""
     t = s.traj

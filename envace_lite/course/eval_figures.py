@@ -19,7 +19,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from envace_lite.paths import read_jsonl
-from envace_lite.course.plotting import COLORS, MODE_COLORS, ROLE_COLORS, STYLE, _load
+from envace_lite.course.plotting import COLORS, MODE_COLORS, ROLE_COLORS, STYLE, json_or_value
 
 # ---------------------------------------------------------------------------------------------
 # The budget sweep and the fidelity audit
@@ -34,7 +34,7 @@ def plot_budget_sweep(points: list[dict[str, Any]] | str | Path, metric: str = "
             point is drawn as a dashed Non-TTS line.
         metric: ``overall``, ``tau2``, ``bfcl`` or a suite name (from each point's ``suites``).
     """
-    points = _load(points)
+    points = json_or_value(points)
 
     def value(p: dict[str, Any]) -> float | None:
         v = p.get(metric) if metric in ("overall", "tau2", "bfcl") else p["suites"].get(metric)
@@ -78,7 +78,7 @@ def plot_fidelity(report: dict[str, Any] | str | Path) -> Figure:
     Args:
         report: ``fidelity.audit``'s report, or its JSON file.
     """
-    report = _load(report)
+    report = json_or_value(report)
     held = report["held_out"]["overall"]
     upper = (report.get("grounded_upper_bound") or {}).get("overall")
     with matplotlib.rc_context(STYLE):
@@ -187,7 +187,7 @@ def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, 
             error agreement at 100 % because no pair has an error on either side); the title
             says so.
     """
-    report = _load(report)
+    report = json_or_value(report)
     tools = report["held_out"]["slices"].get("tool", {})
     ranked = sorted(tools.items(), key=lambda kv: (-kv[1]["pairs"], kv[0]))[:top]
     upper = ((report.get("grounded_upper_bound") or {}).get("slices") or {}).get("tool", {})

@@ -38,7 +38,8 @@ COLORS = {"parallel": "#1f77b4", "sequential": "#d62728", "none": "#555555",
 """Colours per rehearsal mode and per audit series."""
 
 
-def _load(obj: Any) -> Any:
+def json_or_value(obj: Any) -> Any:
+    """``obj`` itself, or the JSON it names when it is a path (``str`` or ``Path``)."""
     if isinstance(obj, (str, Path)):
         return json.loads(Path(obj).read_text())
     return obj
@@ -99,7 +100,7 @@ def plot_rollout_kinds() -> Figure:
 
 def plot_data_card(card: dict[str, Any] | str | Path) -> Figure:
     """Tasks and gold calls per suite and split, from ``data/card.json`` (``tasks.data_card``)."""
-    card = _load(card)
+    card = json_or_value(card)
     suites = sorted(card)
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(10, 3.4))

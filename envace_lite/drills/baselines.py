@@ -23,7 +23,7 @@ from functools import cache
 from typing import Any
 
 from envace_lite.drills.spec import GENERATOR_VERSION, TIER_TOOLS, Drill
-from envace_lite.drills.suite import DrillEnv, _registered
+from envace_lite.drills.suite import DrillEnv, registered_drills
 from envace_lite.envs.base import GoldTurn
 from envace_lite.types import ToolCall
 
@@ -40,7 +40,7 @@ and the requested write whatever the rule says, and names only the write's outco
 @cache
 def commonest_fact(domain: str, tier: str, version: int = GENERATOR_VERSION) -> str:
     """The most common ``communicate[0]`` among the train drills of a tier (ties: alphabetical)."""
-    counts = Counter(d.communicate[0] for d in _registered(domain, version).drills
+    counts = Counter(d.communicate[0] for d in registered_drills(domain, version).drills
                      if d.split == "train" and d.tier == tier)
     return min(counts, key=lambda k: (-counts[k], k)) if counts else ""
 
@@ -67,7 +67,7 @@ def tier_template(domain: str, tier: str,
     that pattern (ties: alphabetical). On v1 retail: lookup "Your order {order} is pending.",
     two-hop "... delivered.", cancel "... cannot be cancelled because it is delivered.", return
     "... cannot be returned because it is pending."."""
-    drills = [d for d in _registered(domain, version).drills
+    drills = [d for d in registered_drills(domain, version).drills
               if d.split == "train" and d.tier == tier and not d.write_allowed]
     if not drills:
         return "", ()
@@ -96,7 +96,7 @@ def template_reply(drill: Drill, version: int = GENERATOR_VERSION) -> str:
 def tier_candidates(domain: str, tier: str, version: int = GENERATOR_VERSION) -> tuple[str, ...]:
     """Every value the train drills of a tier communicate, sorted (v1 retail lookup: cancelled,
     delivered, pending, processed)."""
-    return tuple(sorted({v for d in _registered(domain, version).drills
+    return tuple(sorted({v for d in registered_drills(domain, version).drills
                          if d.split == "train" and d.tier == tier for v in d.communicate}))
 
 

@@ -101,7 +101,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     named (the write after a read: copy from the message, past a record full of other values), or
     a ``lookup`` of the id the record links to (the second hop: copy from the tool response).
     These are the two copies the drills' writes and two-hop tier need and the plain warm-up never
-    shows (``docs/drills-log.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
+    shows (``docs/results-log.md``, "Why RL has nothing to reinforce"). Without ``hops`` the samples
     are exactly those of the plain warm-up.
 
     Args:
@@ -234,11 +234,11 @@ def _record_sample(rng: random.Random, kind: str, forbidden: frozenset[str]
 def tau2_ids() -> frozenset[str]:
     """Every user, order and reservation id and e-mail in tau2's retail and airline databases
     (with and without an order id's ``#``): the ids ``copy_samples`` must not produce."""
-    from envace_lite.drills.generate import _Solver
+    from envace_lite.drills.generate import Solver
 
     ids: set[str] = set()
     for domain in ("retail", "airline"):
-        db = _Solver(domain).db
+        db = Solver(domain).db
         ids.update(db.users)
         ids.update(u.email for u in db.users.values() if getattr(u, "email", None))
         for table in ("orders", "reservations"):
@@ -313,7 +313,7 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     on CPU. ``"copy_hops"`` adds the second-call samples of ``copy_samples(hops=True)``,
     ``"copy_records"`` the record copies of ``copy_samples(records=True)``, trained in length
     chunks by ``chunked_answer_loss``. Measured: 81 of 100 fresh samples copied exactly after
-    250 steps (``docs/drills-log.md``, "The copy warm-up").
+    250 steps (``docs/results-log.md``, "The copy warm-up").
 
     Returns:
         The model in eval mode, and ``{"steps", "batch", "loss_first", "loss_last" (mean of the

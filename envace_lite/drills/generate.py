@@ -33,12 +33,12 @@ from envace_lite.drills.spec import (
 )
 from envace_lite.drills.generate_v2 import retail_v2
 from envace_lite.drills.solver import Skip as _Skip
-from envace_lite.drills.solver import Solver as _Solver
+from envace_lite.drills.solver import Solver
 from envace_lite.drills.solver import make_drill as _drill
 from envace_lite.drills.solver import pick as _pick
 
 
-def _retail(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
+def _retail(solver: Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
     db = solver.db
     for oid in sorted(db.orders):
         order = db.orders[oid]
@@ -56,7 +56,7 @@ def _retail(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iter
                 yield _retail_two_hop(solver, rng, uid)
 
 
-def _retail_lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_lookup(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     message = _pick(rng, ["Hi! What is the status of my order {o}?",
                           "Can you tell me the current status of order {o}, please?",
                           "Hello, I'd like to know the status of my order {o}."], o=bare)
@@ -70,7 +70,7 @@ def _retail_lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                   final_text=f"Your order {oid} is {status}.")
 
 
-def _retail_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
+def _retail_two_hop(solver: Solver, rng: random.Random, uid: str) -> Any:
     user = solver.db.users[uid]
     by_email = rng.random() < 0.5
     try:
@@ -99,7 +99,7 @@ def _retail_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
                   final_text=f"Your order {oid} is {status}.")
 
 
-def _retail_cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_cancel(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     reason = rng.choice(["no longer needed", "ordered by mistake"])
     message = _pick(rng, ["Please cancel my order {o}, the reason is: {r}.",
                           "Hi, I want to cancel order {o} ({r})."], o=bare, r=reason)
@@ -121,7 +121,7 @@ def _retail_cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                   final_text=f"Your order {oid} is now cancelled.", write_allowed=True)
 
 
-def _retail_return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _retail_return(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     order = solver.db.orders[oid]
     names = [it.name for it in order.items]
     unique = sorted({n for n in names if names.count(n) == 1})
@@ -156,7 +156,7 @@ def _retail_return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid
                              f"requested.", write_allowed=True)
 
 
-def _airline(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
+def _airline(solver: Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
     db = solver.db
     for rid in sorted(db.reservations):
         res = db.reservations[rid]
@@ -170,7 +170,7 @@ def _airline(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Ite
                 yield _airline_two_hop(solver, rng, uid)
 
 
-def _airline_lookup(solver: _Solver, rng: random.Random, rid: str, uid: str) -> Any:
+def _airline_lookup(solver: Solver, rng: random.Random, rid: str, uid: str) -> Any:
     message = _pick(rng, ["Hi! Which cabin is my reservation {r} booked in?",
                           "Can you tell me the cabin class of reservation {r}?"], r=rid)
     try:
@@ -183,7 +183,7 @@ def _airline_lookup(solver: _Solver, rng: random.Random, rid: str, uid: str) -> 
                   final_text=f"Your reservation {rid} is booked in {cabin}.")
 
 
-def _airline_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
+def _airline_two_hop(solver: Solver, rng: random.Random, uid: str) -> Any:
     message = _pick(rng, ["Hi, my user id is {u}. Where is my reservation flying to?",
                           "Hello, user id {u} here. What is the destination of my reservation?"],
                     u=uid)
@@ -199,7 +199,7 @@ def _airline_two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
                   final_text=f"Your reservation {rid} flies to {dest}.")
 
 
-def _airline_change(solver: _Solver, rng: random.Random, rid: str, res: Any) -> Any:
+def _airline_change(solver: Solver, rng: random.Random, rid: str, res: Any) -> Any:
     old = res.flights[0]
     uid = res.user_id
     if old.date <= AIRLINE_NOW:
@@ -287,7 +287,7 @@ def generate(domain: str, seed: int = DEFAULT_SEED, tiers: Iterable[str] | None 
     if count is not None and (not isinstance(count, int) or count < 1):
         raise ValueError(f"drill count {count!r} out of range: use an integer >= 1, or none for "
                          "every drill (the CLI: omit --count)")
-    solver = _Solver(domain)
+    solver = Solver(domain)
     pristine = solver.env.get_db_hash()
     tag = f"{domain}:{seed}" if version == 1 else f"{domain}:v{version}:{seed}"
     rng = random.Random(f"drills:{tag}")

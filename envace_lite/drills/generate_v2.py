@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from envace_lite.drills.solver import Skip as _Skip
-from envace_lite.drills.solver import Solver as _Solver
+from envace_lite.drills.solver import Solver
 from envace_lite.drills.solver import make_drill as _drill
 from envace_lite.drills.solver import pick as _pick
 
@@ -94,7 +94,7 @@ def _kinds(order: Any, kinds: tuple[str, ...]) -> list[str]:
             and (k != "price" or _unique_items(order))]
 
 
-def retail_v2(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
+def retail_v2(solver: Solver, rng: random.Random, tiers: tuple[str, ...]) -> Iterable[Any]:
     """The v2 retail drills of ``tiers``, in v1's walk order (orders sorted, then users)."""
     db = solver.db
     for oid in sorted(db.orders):
@@ -117,7 +117,7 @@ def retail_v2(solver: _Solver, rng: random.Random, tiers: tuple[str, ...]) -> It
                 yield _two_hop(solver, rng, uid)
 
 
-def _lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _lookup(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     order = solver.db.orders[oid]
     kind = rng.choice(_kinds(order, FACT_KINDS))
     name = rng.choice(_unique_items(order)) if kind == "price" else None
@@ -134,7 +134,7 @@ def _lookup(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) 
                   final_text=_TELL[kind].format(oid=oid, v=value))
 
 
-def _two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
+def _two_hop(solver: Solver, rng: random.Random, uid: str) -> Any:
     user = solver.db.users[uid]
     oid = user.orders[0]
     order = solver.db.orders[oid]
@@ -168,7 +168,7 @@ def _two_hop(solver: _Solver, rng: random.Random, uid: str) -> Any:
                   final_text=_TELL[kind].format(oid=oid, v=value))
 
 
-def _cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _cancel(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     reason = rng.choice(["no longer needed", "ordered by mistake"])
     message = _pick(rng, ["Please cancel my order {o}, the reason is: {r}. What was its total?",
                           "Hi, I want to cancel order {o} ({r}); please also tell me its total."],
@@ -195,7 +195,7 @@ def _cancel(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) 
                              f"refunded.", write_allowed=True)
 
 
-def _return(solver: _Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
+def _return(solver: Solver, rng: random.Random, oid: str, bare: str, uid: str) -> Any:
     order = solver.db.orders[oid]
     unique = _unique_items(order)
     if not unique:

@@ -36,11 +36,11 @@ def pretrain_corpus(domain: str) -> list[str]:
     Raises:
         KeyError: an unknown domain.
     """
-    from envace_lite.drills.generate import _Solver
+    from envace_lite.drills.generate import Solver
     from envace_lite.drills.spec import check_domain, test_user
 
     check_domain(domain)
-    solver = _Solver(domain)
+    solver = Solver(domain)
     docs = []
     for uid in sorted(solver.db.users):
         if test_user(uid):

@@ -218,7 +218,7 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
     """A private-rehearsal sweep on the drills: each eval folder against the N = 0 folder.
 
     Reads each folder's ``results.jsonl`` (``evaluate``'s rows; tasks are paired by suite, task
-    and repeat). The rehearsal acceptance of the drills (paper Table 3, Fig. 6): committed
+    and repeat). The rehearsal test of the drills (paper Table 3, Fig. 6): committed
     success beats N = 0, or failed real calls per episode (real calls the environment answered
     with an error) drop by at least 30 %. A degenerate outcome passes the second test: a policy
     that stops calling tools has no failed call, so read ``success`` and

@@ -39,7 +39,7 @@ from envace_lite.envs.tau2 import (
     AssistantMessage,
     Tau2Env,
     UserMessage,
-    _tau2_constant,
+    tau2_constant,
     new_environment,
 )
 from envace_lite.types import Observation, Task, ToolCall
@@ -59,7 +59,7 @@ SPLITS = ("train", "test", "all")
 
 
 @cache
-def _registered(domain: str, version: int = GENERATOR_VERSION) -> Generation:
+def registered_drills(domain: str, version: int = GENERATOR_VERSION) -> Generation:
     """The registered suite's generation (``DEFAULT_SEED``, all tiers, generator ``version``),
     cached on disk."""
     from envace_lite.paths import cache_dir
@@ -82,7 +82,7 @@ def _registered(domain: str, version: int = GENERATOR_VERSION) -> Generation:
 
 @cache
 def _by_id(domain: str, version: int = GENERATOR_VERSION) -> dict[str, Drill]:
-    return {d.id: d for d in _registered(domain, version).drills}
+    return {d.id: d for d in registered_drills(domain, version).drills}
 
 
 def registered(suite: str) -> Generation:
@@ -91,7 +91,7 @@ def registered(suite: str) -> Generation:
     Raises:
         KeyError: unknown suite (the message names the drill suites).
     """
-    return _registered(_suite_domain(suite), SUITE_VERSIONS[suite])
+    return registered_drills(_suite_domain(suite), SUITE_VERSIONS[suite])
 
 
 def get_drill(suite: str, drill_id: str) -> Drill:
@@ -233,7 +233,7 @@ class DrillEnv(Tau2Env):
 @cache
 def _system_prompt(domain: str) -> str:
     policy = new_environment(domain).get_policy()
-    return _tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
+    return tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
         agent_instruction=TICKET_INSTRUCTION, domain_policy=policy)
 
 
@@ -307,7 +307,7 @@ def card(domain: str, version: int = GENERATOR_VERSION) -> dict[str, Any]:
     """The data card entry of a domain's registered drills: generator, seed, tiers, counts, the
     split rule, and every skipped drill with its reason; for v2 also the held-out slices' sizes
     (``slices``)."""
-    gen = _registered(domain, version)
+    gen = registered_drills(domain, version)
     extra: dict[str, Any] = {}
     if version >= 2:
         from envace_lite.drills.slices import held_out_slices

@@ -3,7 +3,7 @@
 An ``Env`` is bound to one task of one suite (``make_env(suite, task_id)``). It executes tool
 calls for real, on the benchmark's own backend, and scores an episode with the benchmark's own
 evaluator. ``real_calls`` counts executions done through ``step`` only: evaluator replays and gold
-replays done for grounding inside ``data.py`` use a separate instance and never touch the counter
+replays done for grounding inside ``envs/tasks.py`` use a separate instance and never touch the counter
 of the episode under evaluation.
 
 Gold replay (``replay_gold``) is the adapter's self-test: the benchmark's gold calls go through

@@ -159,7 +159,7 @@ def _tasks(domain: str) -> dict[str, Tau2Task]:
 
 
 @cache
-def _tau2_constant(module: str, name: str) -> str:
+def tau2_constant(module: str, name: str) -> str:
     """A string constant of a tau2 module, read with ``ast`` (the module itself needs litellm)."""
     spec = importlib.util.find_spec("tau2")
     path = Path(next(iter(spec.submodule_search_locations))) / (module.replace(".", "/") + ".py")
@@ -256,7 +256,7 @@ def user_system_prompt(task: Tau2Task) -> str:
     """
     path = Path(DATA_DIR) / "tau2" / "user_simulator" / "simulation_guidelines.md"
     guidelines = path.read_text() if path.exists() else ""
-    return _tau2_constant("user.user_simulator", "SYSTEM_PROMPT").format(
+    return tau2_constant("user.user_simulator", "SYSTEM_PROMPT").format(
         global_user_sim_guidelines=guidelines, instructions=str(task.user_scenario))
 
 
@@ -337,14 +337,14 @@ class Tau2Env(Env):
         solo instructions (``AGENT_SOLO_INSTRUCTION``) for telecom, ``AGENT_INSTRUCTION`` for the
         official suites, and our NON-OFFICIAL ``TICKET_INSTRUCTION`` for the ticket suites."""
         if self.solo:
-            ins = _tau2_constant("agent.llm_agent", "AGENT_SOLO_INSTRUCTION").format(
+            ins = tau2_constant("agent.llm_agent", "AGENT_SOLO_INSTRUCTION").format(
                 stop_function_name="done", stop_token=STOP)
         elif self.mode == "official":
-            ins = _tau2_constant("agent.llm_agent", "AGENT_INSTRUCTION")
+            ins = tau2_constant("agent.llm_agent", "AGENT_INSTRUCTION")
         else:
             ins = TICKET_INSTRUCTION
         policy = _tool_info(self.domain, self.solo)[0]
-        return _tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
+        return tau2_constant("agent.llm_agent", "SYSTEM_PROMPT").format(
             agent_instruction=ins, domain_policy=policy)
 
     def reset(self) -> list[dict[str, Any]]:

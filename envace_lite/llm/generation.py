@@ -116,7 +116,7 @@ def stop_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def _trim(gen: list[int], stops: set[int]) -> tuple[list[int], str, int]:
+def cut_at_stop(gen: list[int], stops: set[int]) -> tuple[list[int], str, int]:
     """Cut a generated row at its first stop id: ``(ids, finish_reason, kept)``."""
     for k, tok in enumerate(gen):
         if tok in stops:
@@ -379,7 +379,7 @@ class HFGenerator:
         stops = set(self.stop_ids)
         completions = []
         for row, ids in enumerate(gen):
-            ids, reason, kept = _trim(ids, stops)
+            ids, reason, kept = cut_at_stop(ids, stops)
             completions.append(Completion(
                 ids=ids,
                 text=self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens),

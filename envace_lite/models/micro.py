@@ -27,7 +27,7 @@ registers (``register_base``) and trains once.
 Usage::
 
     from envace_lite.models.load import load_policy
-    model, tok = load_policy("micro")          # trains the tokenizer on first use (seconds)
+    model, tok = load_policy(get_config("micro"))          # trains the tokenizer on first use (seconds)
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def micro_corpus(cfg: Config) -> list[str]:
     if cfg.model.pretrain and cfg.model.pretrain != SHIPPED_PRETRAIN:
         # a base's own documents (domain pretraining) shape the vocabulary too; the copy
         # warm-up has none
-        corpus = _registered(cfg.model.pretrain)[1]
+        corpus = _registered_base(cfg.model.pretrain)[1]
         if corpus is not None:
             texts += corpus(cfg.model.pretrain)
     return texts
@@ -240,7 +240,7 @@ def register_base(names: tuple[str, ...], build: BaseBuilder,
         _BASES[name] = (build, corpus)
 
 
-def _registered(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | None]:
+def _registered_base(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | None]:
     """``(build, corpus)`` registered for ``model.pretrain`` ``name``, loading the plugins first
     when it is not registered yet.
 
@@ -272,7 +272,7 @@ def micro_policy(cfg: Config) -> tuple[Any, Any]:
         return load_base()
     tok = micro_tokenizer(cfg)
     if cfg.model.pretrain:
-        return _registered(cfg.model.pretrain)[0](cfg, tok), tok
+        return _registered_base(cfg.model.pretrain)[0](cfg, tok), tok
     return micro_model(cfg, tok), tok
 
 

@@ -18,7 +18,7 @@ Usage::
         --rehearsal parallel --n 2 --out runs/eval/par2
     from envace_lite.pipelines.evaluate import evaluate
     from envace_lite.pipelines.tables import summarize
-    rows = evaluate("base", ["bfcl-base"], rehearsal="sequential", n=2, cfg="smoke", limit=1)
+    rows = evaluate("base", ["bfcl-base"], rehearsal="sequential", n=2, cfg=get_config("smoke"), limit=1)
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from envace_lite.core.execute import WriteGate, run_committed
 from envace_lite.core.episode import Episode
-from envace_lite.config import Config, get_config
+from envace_lite.config import Config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import Generator
 from envace_lite.paths import append_jsonl, check_checkpoint, read_jsonl, run_folder_lock
@@ -360,7 +360,7 @@ def _user_for(suite: str, cfg: Config) -> Any:
 
 def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
              n: int | None = None, rehearsal_policy: Any = None, repeats: int | None = None,
-             decoding: str | None = None, *, cfg: Config | str = "laptop",
+             decoding: str | None = None, *, cfg: Config,
              limit: int | None = None, split: str | None = None, write_gate: bool | None = None,
              out: str | Path | None = None, seed: int = 0,
              force_new_config: bool = False,
@@ -379,7 +379,7 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
             ``rules`` and ``vote`` never load it.
         repeats: k of Avg@k (default ``cfg.eval.repeats``).
         decoding: ``greedy`` or ``sample`` (default ``cfg.eval.decoding``); recorded per row.
-        cfg: a ``Config`` or a profile name.
+        cfg: the finalized ``Config`` (the entry point resolves it once).
         limit, split, write_gate: override ``eval.limit`` (0 = all), ``eval.split``,
             ``rehearsal.write_gate``.
         out: a folder: rows are appended to ``out/results.jsonl`` as episodes finish, rows
@@ -411,7 +411,7 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
             ``eval.user_url`` (``check_suites``), all before any episode; another live process
             holds ``out``'s lock (``paths.RunFolderLocked``).
     """
-    cfg = get_config(cfg) if isinstance(cfg, str) else copy.deepcopy(cfg)
+    cfg = copy.deepcopy(cfg)
     e, r = cfg.eval, cfg.rehearsal
     e.repeats = e.repeats if repeats is None else repeats
     e.decoding = e.decoding if decoding is None else decoding
@@ -554,8 +554,7 @@ def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 
         One point per configuration: ``{"mode", "n", "overall", "tau2", "bfcl", "suites":
         {suite: avg_at_k}, "episodes"}`` (``eval_figures.plot_budget_sweep`` draws them).
     """
-    cfg = kwargs.pop("cfg", "laptop")
-    cfg = get_config(cfg) if isinstance(cfg, str) else cfg
+    cfg = kwargs.pop("cfg")
     allow = kwargs.get("allow_profile_mismatch", False)
     acting = as_policy(policy, cfg, kwargs.get("seed", 0), allow)
     rspec = kwargs.pop("rehearsal_policy", None)

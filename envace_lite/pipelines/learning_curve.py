@@ -22,7 +22,7 @@ training tasks' rollouts under rehearsal (no real environment), at sampling temp
 ``rollout.temperature``. The three numbers are different quantities and are labelled so
 everywhere (``CURVE_LABELS``).
 
-``summarize_seeds`` gives the acceptance numbers: the mean training reward of the first and last
+``summarize_seeds`` gives the learning-curve test: the mean training reward of the first and last
 ``window`` steps per run, the gap, its mean over seeds and its standard error.
 
 Usage::
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import Config, ConfigError, first_tasks, get_config
+from envace_lite.config import Config, ConfigError, first_tasks
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -165,7 +165,7 @@ def _point_order(p: dict[str, Any]) -> tuple[int, int]:
     return p["step"], POINT_STAGES.index(stage) if stage in POINT_STAGES else len(POINT_STAGES)
 
 
-def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str | Path | None = None,
+def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path | None = None,
                    heldout_every: int = 0, eval_limit: int | None = None,
                    fidelity_limit: int = 3, before_sft: bool = True) -> dict[str, Any]:
     """One micro learning run: warm start (or reuse one), held-out checks, GRPO in segments.
@@ -183,7 +183,7 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     with a logged warning.
 
     Args:
-        config: a finalized ``Config`` or a profile name (``micro``).
+        config: the finalized ``Config`` (the entry point resolves it once).
         out: the run folder.
         warmstart_dir: an existing warm-start run dir (its ``checkpoint/`` is the start policy);
             None runs ``sft.warmstart`` into ``out/warmstart``.
@@ -208,7 +208,7 @@ def run_experiment(config: Config | str, out: str | Path, *, warmstart_dir: str 
     from envace_lite.paths import run_folder_lock
     from envace_lite.pipelines.train import RESUME_FREE, check_resume_config
 
-    cfg = get_config(config) if isinstance(config, str) else copy.deepcopy(config)
+    cfg = copy.deepcopy(config)
     eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
     first_tasks([], eval_limit, "eval_limit"), first_tasks([], fidelity_limit, "fidelity_limit")
     out = Path(out)
@@ -320,7 +320,7 @@ def window_means(rewards: list[float | None], window: int = 10) -> dict[str, Any
 def summarize_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """Across seeds: the first/last-window gaps, their mean and standard error.
 
-    The acceptance rule of the experiment: the last window beats the first on every seed, or the mean
+    The test of the learning curve: the last window beats the first on every seed, or the mean
     gap exceeds 2 standard errors (SE = sample std / sqrt(n), n ≥ 2).
 
     Returns:

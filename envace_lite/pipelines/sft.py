@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite import protocol
-from envace_lite.config import Config, get_config
+from envace_lite.config import Config
 from envace_lite.llm.generation import chat_ids
 from envace_lite.progress import get_logger, quiet_trainer
 from envace_lite.core.transcripts import (
@@ -229,7 +229,7 @@ def save_checkpoint(model: Any, tokenizer: Any, folder: Path) -> Path:
     return folder
 
 
-def warmstart(config: Config | str, run_dir: str | Path | None = None,
+def warmstart(config: Config, run_dir: str | Path | None = None,
               measure: bool = True) -> Path:
     """The warm-start stage: transcripts → (rates before) → SFT → checkpoint → (rates after).
 
@@ -242,7 +242,7 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     comes with it).
 
     Args:
-        config: a finalized ``Config`` or a profile name.
+        config: the finalized ``Config`` (the entry point resolves it once).
         run_dir: where to write (a new run dir when None).
         measure: run the held-out first-turn check (``warmstart.eval_first_turns`` tasks).
 
@@ -252,7 +252,7 @@ def warmstart(config: Config | str, run_dir: str | Path | None = None,
     from envace_lite.models.load import load_policy
     from envace_lite.paths import new_run_dir, write_checkpoint_record
 
-    cfg = get_config(config) if isinstance(config, str) else config
+    cfg = config
     run_dir = Path(run_dir) if run_dir else new_run_dir("warmstart", cfg.profile, cfg.run.seed,
                                                         cfg.run.runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)

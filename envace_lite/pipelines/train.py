@@ -45,7 +45,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from envace_lite.config import Config, get_config
+from envace_lite.config import Config
 from envace_lite.paths import (
     append_jsonl,
     new_run_dir,
@@ -399,7 +399,7 @@ def load_train_tasks(cfg: Config) -> list[Any]:
     return tasks
 
 
-def train(config: Config | str, run_dir: str | Path | None = None, resume: bool = True, *,
+def train(config: Config, run_dir: str | Path | None = None, resume: bool = True, *,
           generator: Any = None, tasks: list[Any] | None = None) -> Path:
     """Train the policy with role-wise GRPO and return the run dir.
 
@@ -407,7 +407,7 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     (its share of the step's rollouts; the loss and ``grad_norm`` are global).
 
     Args:
-        config: a finalized ``Config`` or a profile name.
+        config: the finalized ``Config`` (the entry point resolves it once).
         run_dir: where to write; a new ``runs/train/<profile>__s<seed>__<time>/`` when None
             (pass one explicitly under ``torchrun``).
         resume: continue from the run dir's last complete checkpoint, if any. False refuses a run
@@ -437,7 +437,7 @@ def train(config: Config | str, run_dir: str | Path | None = None, resume: bool 
     """
     from envace_lite.core.judge import probe_judge
 
-    cfg = get_config(config) if isinstance(config, str) else config
+    cfg = config
     g = cfg.grpo
     try:  # settings that only fail inside TRL: checked before any run dir or model
         per_device_batch(cfg, int(os.environ.get("WORLD_SIZE", "1")))

@@ -1,7 +1,7 @@
 """Hypothesis strategies that write hostile ACT and REHEARSE outputs, for the protocol fuzz.
 
 One home for the generators that ``tests/test_fuzz_protocol.py`` (the property-based test) and
-``benchmarks/fuzz_protocol.py`` (the 10,000-output acceptance run) both draw from. An ACT output
+``benchmarks/fuzz_protocol.py`` (the 10,000-output run) both draw from. An ACT output
 is a call of one of the suite's tools (or an unknown one), its arguments holding lone surrogates
 (raw and as JSON escapes), ``</think>`` and tag text, control characters, special-token text,
 NaN, deep nesting and duplicate keys, in every framing: think blocks, prose, fences, unclosed,

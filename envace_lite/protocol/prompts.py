@@ -199,7 +199,7 @@ def act_messages(task_messages: list[dict[str, Any]], tools: list[dict[str, Any]
 
     Args:
         task_messages: ``Task.messages``; its system messages are joined into the policy text.
-        tools: the tool schemas shown (the compact subset is chosen upstream, in ``data.py``).
+        tools: the tool schemas shown (the compact subset is chosen upstream, in ``envs/tasks.py``).
         rendering: ``compact`` or ``full``.
         policy_chars: compact only: characters of policy kept.
         history: later messages (assistant replies, tool responses, user turns), in order.
@@ -233,7 +233,9 @@ def _history_line(m: dict[str, Any]) -> str:
     return f"{label}: {content.strip()}"
 
 
-def _history_block(history: list[dict[str, Any]], omit: int) -> str:
+def history_block(history: list[dict[str, Any]], omit: int) -> str:
+    """The dialogue so far as text, one line per message; ``omit`` > 0 replaces messages 1 to
+    ``omit`` with ``OMITTED`` (the first message stays). "(empty)" for no history."""
     if not history:
         return "(empty)"
     lines = [_history_line(m) for m in history]
@@ -388,7 +390,7 @@ def feedback_messages(tools: list[dict[str, Any]], rendering: str,
         omit: history messages after the first one replaced by a marker (budget trimming).
     """
     user = FEEDBACK_USER.format(tools=render_tools(tools, rendering),
-                                history=_history_block(history, omit), index=index,
+                                history=history_block(history, omit), index=index,
                                 attempt=attempt)
     return [{"role": "system", "content": system or FEEDBACK_SYSTEM},
             {"role": "user", "content": user}]
@@ -401,7 +403,7 @@ def memory_messages(history: list[dict[str, Any]], attempts: list[tuple[str, str
     ``system`` replaces ``MEMORY_SYSTEM`` when not "" (a ``{max_tokens}`` field is filled in).
     """
     sys_text = (system or MEMORY_SYSTEM).replace("{max_tokens}", str(max_tokens))
-    user = MEMORY_USER.format(history=_history_block(history, omit),
+    user = MEMORY_USER.format(history=history_block(history, omit),
                               attempts=attempts_block(attempts))
     return [{"role": "system", "content": sys_text}, {"role": "user", "content": user}]
 

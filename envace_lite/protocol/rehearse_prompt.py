@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envace_lite.protocol.prompts import OMITTED, _history_block, call_json, function_of, render_tools
+from envace_lite.protocol.prompts import OMITTED, history_block, call_json, function_of, render_tools
 from envace_lite.protocol.tags import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from envace_lite.types import Observation, ToolCall
 
@@ -153,7 +153,7 @@ def rehearse_messages(tools: list[dict[str, Any]], grounding: list[dict[str, Any
 
     def build(kept: list[dict[str, Any]] | None, dropped: int, omit: int) -> tuple[list, int]:
         user = REHEARSE_USER.format(tools=tools_block, grounding=_grounding_block(kept, dropped),
-                                    history=_history_block(history, omit), call=call_block)
+                                    history=history_block(history, omit), call=call_block)
         msgs = [{"role": "system", "content": REHEARSE_SYSTEM}, {"role": "user", "content": user}]
         return msgs, n_sys + count_tokens(user)
 
