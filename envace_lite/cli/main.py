@@ -178,14 +178,11 @@ def eval_cmd(
         USER_SUITES,
         as_policy,
         budget_sweep,
-        check_out,
         check_suites,
         evaluate,
         policy_label,
-        read_rows,
-        result_config,
-        save_config,
     )
+    from envace_lite.pipelines.run_records import check_out, read_rows, result_config, save_config
     from envace_lite.paths import run_folder_lock
     from envace_lite.pipelines.tables import (
         format_table,

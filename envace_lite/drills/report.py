@@ -246,7 +246,7 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         ValueError: a folder holds rows of more than one configuration (rehearsal mode, N,
             rehearsing policy, config hash) or a task twice, or shares no task with the baseline.
     """
-    from envace_lite.pipelines.evaluate import MEMORY_DEFAULTS, read_rows
+    from envace_lite.pipelines.run_records import MEMORY_DEFAULTS, read_rows
 
     def rows(folder: str | Path) -> list[dict[str, Any]]:
         path = Path(folder) / "results.jsonl"
