@@ -23,7 +23,8 @@ Transcripts (``build_transcripts``), per training task:
   ``TranscriptSet.stats["gold_call_errors"]`` counts them.
 
 Only train-split tasks are accepted (``ValueError`` otherwise). SFT and RL use disjoint halves of
-the train split (``split_sft_rl``; ``training_tasks(cfg, "sft" | "rl")``).
+the train split (``split_sft_rl``; ``training_tasks(cfg, "sft" | "rl")``, both in
+``task_split.py``).
 
 Usage::
 
@@ -35,13 +36,16 @@ Usage::
 from __future__ import annotations
 
 import copy
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
 from envace_lite.config import Config
+from envace_lite.core.id_errors import ID_ERRORS, corrupt_id
+from envace_lite.core.task_split import (
+    heldout_tasks, require_train, scenario_key, sft_fraction, split_sft_rl, training_tasks,
+    truncate_user_turns)
 from envace_lite.llm.generation import chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.types import Observation, Task, ToolCall
@@ -50,84 +54,6 @@ log = get_logger(__name__)
 
 TERMINAL_CALLS = {"tau2-telecom": "done"}
 """Suites whose gold ends with a terminal pseudo-tool instead of a closing text."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Which tasks: train split only, SFT and RL halves disjoint
-# ---------------------------------------------------------------------------------------------
-def scenario_key(task: Task) -> str:
-    """The key the SFT/RL split hashes: BFCL's entry index (shared by its four categories, which
-    are the same 200 scenarios by index: docs/design.md, "Benchmarks and training data"), else ``suite:id``."""
-    if task.suite.startswith("bfcl-"):
-        return "bfcl:" + task.id.rsplit("_", 1)[-1]
-    return f"{task.suite}:{task.id}"
-
-
-def sft_fraction(task: Task) -> float:
-    """A stable number in [0, 1) per scenario: ``sha1(scenario_key) / 2**32``."""
-    return int(hashlib.sha1(scenario_key(task).encode()).hexdigest()[:8], 16) / 2**32
-
-
-def split_sft_rl(tasks: list[Task], sft_share: float) -> tuple[list[Task], list[Task]]:
-    """Split train tasks into disjoint SFT and RL sets.
-
-    Rule: a task goes to SFT iff ``sft_fraction(task) < sft_share``. The rule reads only the
-    scenario id, so it does not depend on the order or number of tasks loaded, and one BFCL
-    scenario never lands on both sides through two categories.
-
-    Raises:
-        ValueError: a task is not from the train split.
-    """
-    require_train(tasks)
-    sft = [t for t in tasks if sft_fraction(t) < sft_share]
-    rl = [t for t in tasks if sft_fraction(t) >= sft_share]
-    return sft, rl
-
-
-def require_train(tasks: list[Task]) -> None:
-    """Raise ``ValueError`` unless every task is from the train split (evaluation uses test)."""
-    bad = [f"{t.suite}/{t.id}:{t.split}" for t in tasks if t.split != "train"]
-    if bad:
-        raise ValueError(f"warm-start transcripts take train-split tasks only; got {bad[:5]}")
-
-
-def truncate_user_turns(task: Task, n: int) -> Task:
-    """A copy of ``task`` that keeps its first ``n`` reference user turns (``n <= 0``: all)."""
-    if n <= 0 or len(task.user_turns) <= n:
-        return task
-    t = copy.copy(task)
-    t.user_turns, t.checklist = task.user_turns[:n], task.checklist[:n]
-    t.grounding, t.gold_calls = task.grounding[:n], task.gold_calls[:n]
-    t.flags = [f for f in task.flags if not f.startswith("gold_call_error:")
-               or int(f.split(":")[1]) < n]
-    return t
-
-
-def training_tasks(cfg: Config, purpose: str) -> list[Task]:
-    """The warm-start (``sft``) or RL (``rl``) tasks of ``cfg``: the train split of
-    ``grpo.suites``, split by ``split_sft_rl(warmstart.sft_share)``, each cut to
-    ``warmstart.max_user_turns``. RL on a warm-started policy must use ``training_tasks(cfg,
-    "rl")`` (``train(cfg, tasks=...)``) so that no SFT task is trained on twice, unless
-    ``warmstart.rl_overlap`` asks RL to take every train task (SFT tasks included)."""
-    from envace_lite.envs.tasks import load_tasks
-
-    if purpose not in ("sft", "rl"):
-        raise ValueError(f"purpose={purpose!r}: use 'sft' or 'rl'")
-    tasks = [t for s in cfg.grpo.suites for t in load_tasks(s, "train", cfg.rollout.rendering)]
-    sft, rl = split_sft_rl(tasks, cfg.warmstart.sft_share)
-    if purpose == "rl" and cfg.warmstart.rl_overlap:
-        rl = tasks
-    return [truncate_user_turns(t, cfg.warmstart.max_user_turns)
-            for t in (sft if purpose == "sft" else rl)]
-
-
-def heldout_tasks(cfg: Config, limit: int) -> list[Task]:
-    """Test-split tasks of ``grpo.suites``, round-robin over suites, for first-turn checks."""
-    from envace_lite.envs.tasks import load_tasks
-
-    per = [load_tasks(s, "test", cfg.rollout.rendering) for s in cfg.grpo.suites]
-    mixed = [t for group in zip(*per) for t in group] if len(per) > 1 else per[0]
-    return mixed[:limit]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,34 +261,6 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
                            protocol.rehearsal_text(obs.content),
                            {"name": slip.name, "arguments": slip.arguments}, obs.to_dict(),
                            "gold" if gold else "none")
-
-
-ID_ERRORS = ("digit", "absent")
-"""The id errors of ``id_error_example`` besides the ``#`` slip (``slip_example``): ``digit``
-mis-copies one or two digits of an id, ``absent`` writes an id of the same shape whose every
-digit differs (an id the database does not hold)."""
-
-
-def corrupt_id(value: str, kind: str, rng: random.Random) -> str:
-    """``value`` with one of a policy's id errors (``ID_ERRORS``): ``digit`` replaces one or two of
-    its digits, ``absent`` every digit, each by a different digit drawn from ``rng``. Characters
-    that are not digits (``#``, letters, ``@``) are kept, so the result has the id's shape.
-
-    Raises:
-        KeyError: an unknown ``kind`` (the message names ``ID_ERRORS``).
-        ValueError: ``value`` holds no digit.
-    """
-    if kind not in ID_ERRORS:
-        raise KeyError(f"unknown id error {kind!r}: choose from {list(ID_ERRORS)}")
-    digits = [i for i, ch in enumerate(value) if ch.isdigit()]
-    if not digits:
-        raise ValueError(f"{value!r} holds no digit to corrupt")
-    chosen = digits if kind == "absent" else sorted(rng.sample(digits, min(len(digits),
-                                                                          rng.choice((1, 2)))))
-    out = list(value)
-    for i in chosen:
-        out[i] = rng.choice([d for d in "0123456789" if d != value[i]])
-    return "".join(out)
 
 
 def id_error_example(task: Task, cfg: Config, count_tokens: Any, gold: bool,

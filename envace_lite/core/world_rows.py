@@ -13,12 +13,11 @@ import random
 from typing import Any
 
 from envace_lite.config import Config, ConfigError
+from envace_lite.core.task_split import require_train, training_tasks
 from envace_lite.core.transcripts import (
     RehearseExample,
     approx_tokens,
-    require_train,
     task_transcripts,
-    training_tasks,
 )
 from envace_lite.llm.generation import token_counter
 from envace_lite.types import Task

@@ -130,7 +130,8 @@ def micro_corpus(cfg: Config) -> list[str]:
     (``warmstart.memory_share``, ``warmstart.error_rows``) are left out, so every seed and every
     warm-start option of a profile shares one tokenizer (and one copy base).
     """
-    from envace_lite.core.transcripts import build_transcripts, training_tasks
+    from envace_lite.core.task_split import training_tasks
+    from envace_lite.core.transcripts import build_transcripts
 
     plain = copy.deepcopy(cfg)
     plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False

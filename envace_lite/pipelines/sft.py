@@ -19,7 +19,7 @@ Usage::
     from envace_lite.config import get_config
     from envace_lite.pipelines.sft import CHECKPOINT, warmstart
     from envace_lite.pipelines.train import train
-    from envace_lite.core.transcripts import training_tasks
+    from envace_lite.core.task_split import training_tasks
     ws = warmstart(get_config("micro", {"run.seed": 0}))
     cfg = get_config("micro", {"run.seed": 0, "model.checkpoint": str(ws / CHECKPOINT)})
     train(cfg, tasks=training_tasks(cfg, "rl"))
@@ -41,9 +41,8 @@ from envace_lite.core.transcripts import (
     build_transcripts,
     encode_act,
     encode_rehearse,
-    heldout_tasks,
-    training_tasks,
 )
+from envace_lite.core.task_split import heldout_tasks, training_tasks
 from envace_lite.core.world_rows import world_examples, world_tasks
 from envace_lite.types import Task
 

@@ -391,7 +391,7 @@ def load_train_tasks(cfg: Config) -> list[Any]:
     """The RL tasks: the train split of every suite in ``grpo.suites`` less the warm-start (SFT)
     share (``transcripts.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every
     task), so SFT and RL never train on the same task."""
-    from envace_lite.core.transcripts import training_tasks
+    from envace_lite.core.task_split import training_tasks
 
     tasks = training_tasks(cfg, "rl")
     if not tasks:
