@@ -68,7 +68,7 @@ from envace_lite import protocol
 from envace_lite.config import Config
 from envace_lite.core.engine import chat_glue, ids_with_stop
 from envace_lite.core.gate import identifiers
-from envace_lite.core.rehearsal import Episode, RehearsalExecuted, imagined_task, rehearsal_config
+from envace_lite.core.rehearsal import RehearsalExecuted, imagined_task, rehearsal_config
 from envace_lite.core.rollout import rollout
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
