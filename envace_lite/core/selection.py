@@ -62,7 +62,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envace_lite import protocol
 from envace_lite.config import Config
@@ -72,6 +72,9 @@ from envace_lite.core.rehearsal import RehearsalExecuted, imagined_task, rehears
 from envace_lite.core.rollout import rollout
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
+
+if TYPE_CHECKING:  # episode.py imports this module
+    from envace_lite.core.episode import Episode
 from envace_lite.types import REHEARSING_MODES, Output, Trajectory
 
 log = get_logger(__name__)
