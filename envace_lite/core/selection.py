@@ -72,10 +72,10 @@ from envace_lite.core.rehearsal import RehearsalExecuted, imagined_task, rehears
 from envace_lite.core.rollout import rollout
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
+from envace_lite.types import REHEARSING_MODES, Output, Trajectory
 
 if TYPE_CHECKING:  # episode.py imports this module
     from envace_lite.core.episode import Episode
-from envace_lite.types import REHEARSING_MODES, Output, Trajectory
 
 log = get_logger(__name__)
 
