@@ -62,20 +62,18 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envace_lite import protocol
 from envace_lite.config import Config
 from envace_lite.core.engine import chat_glue, ids_with_stop
 from envace_lite.core.gate import identifiers
-from envace_lite.core.rehearsal import RehearsalExecuted, imagined_task, rehearsal_config
+from envace_lite.core.rehearsal import EpisodeView, RehearsalExecuted, imagined_task, rehearsal_config
 from envace_lite.core.rollout import rollout
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
 from envace_lite.types import REHEARSING_MODES, Output, Trajectory
 
-if TYPE_CHECKING:  # episode.py imports this module
-    from envace_lite.core.episode import Episode
 
 log = get_logger(__name__)
 
@@ -150,7 +148,7 @@ class Candidate:
                 "text": (self.output.text if self.output is not None else "")[:300]}
 
 
-def seen_text(ep: Episode) -> str:
+def seen_text(ep: EpisodeView) -> str:
     """What identifiers may be copied from: the episode's user messages (not tool responses)
     and its real non-error observations (``Episode.events``), joined by newlines. As the write
     gate reads it (``gate.WriteGate``), but without the gate's incremental state."""
@@ -402,7 +400,7 @@ def _sampled(prompts: list[list[int]], gen: Generator, tok: Any, cfg: Config, k:
     return out
 
 
-def select_turns(episodes: list[Episode], generator: Generator, tokenizer: Any, cfg: Config,
+def select_turns(episodes: list[EpisodeView], generator: Generator, tokenizer: Any, cfg: Config,
                  mode: str, n: int, strategy: str, *, act_prompt: Any,
                  rehearse_generator: Generator | None = None) -> list[TurnSelection]:
     """Select the first committed ACT output of the current user turn of every episode.
