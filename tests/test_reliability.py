@@ -433,12 +433,12 @@ def test_notebooks_cli_checks_profile_and_parameter_types_before_any_kernel(tmp_
     res = CliRunner().invoke(app, ["notebooks", "--profile", "nope", "--out", str(out)])
     assert res.exit_code == 2 and res.output.startswith("error: unknown profile 'nope'")
     res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
-                                   "-p", "seed=abc", "--out", str(out)])
+                                   "-p", "max_chars=abc", "--out", str(out)])
     assert res.exit_code == 2, res.output
-    assert res.output.startswith("error: notebook parameter seed='abc': expected int")
+    assert res.output.startswith("error: notebook parameter max_chars='abc': expected int")
     res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "02",
-                                   "-p", "02:seed=1.5", "--out", str(out)])
-    assert res.exit_code == 2 and "seed=1.5: expected int" in res.output
+                                   "-p", "02:max_chars=1.5", "--out", str(out)])
+    assert res.exit_code == 2 and "max_chars=1.5: expected int" in res.output
     assert not out.exists()
 
 
@@ -845,7 +845,7 @@ def test_episode_errors_are_counted_apart_and_retried_at_most_twice(tmp_path, mo
 
     def run():
         ran.clear()
-        return ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=3, repeats=1, out=tmp_path)
+        return ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=3, repeats=1, out=tmp_path)
 
     rows = run()
     assert ran == ["t0", "t1", "t2"]
@@ -914,7 +914,7 @@ def test_user_endpoint_503_mid_episode_is_an_error_retried_on_resume(tmp_path, u
     from envace_lite.pipelines import evaluate as ev
     from envace_lite.pipelines.tables import summarize
 
-    cfg = ev.get_config("smoke", {"eval.user_url": user_url, "eval.user_model": "user"})
+    cfg = get_config("smoke", {"eval.user_url": user_url, "eval.user_model": "user"})
     pol = _scripted_policy()
     # the first user message arrives, the agent replies in text, the next user turn gets 503
     _UserHandler.replies = ["Hi, I want to return an item.", 503]
@@ -972,14 +972,14 @@ def test_evaluate_resumes_after_a_newline_less_last_row(tmp_path, monkeypatch):
 
     ran = script_committed(monkeypatch, ["t0", "t1"])
     pol = ev.Policy(None, None, "fake")
-    ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, repeats=1, out=tmp_path)
+    ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, repeats=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     results.write_text(results.read_text().rstrip("\n"))  # the row is whole; its newline is not
-    rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=2, repeats=1, out=tmp_path)
+    rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=2, repeats=1, out=tmp_path)
     assert ran == ["t0", "t1"] and [r["task_id"] for r in rows] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
         "t0", "t1"]
-    assert ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=2, repeats=1, out=tmp_path) == rows
+    assert ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=2, repeats=1, out=tmp_path) == rows
 
 
 def test_metrics_and_results_are_appended_through_one_helper():
@@ -1026,7 +1026,7 @@ def test_a_second_eval_writer_is_refused_then_a_dead_ones_lock_is_taken_over(
     pol = ev.Policy(None, None, "fake")
     with pytest.raises(paths.RunFolderLocked,
                        match=rf"in use by pid {other_writer.pid} on {socket.gethostname()}"):
-        ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+        ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
     res = CliRunner().invoke(app, ["eval", "--profile", "smoke", "--suite", "bfcl-base",
                                    "--limit", "1", "--out", str(tmp_path)])
     assert res.exit_code == 2
@@ -1038,7 +1038,7 @@ def test_a_second_eval_writer_is_refused_then_a_dead_ones_lock_is_taken_over(
     logger = logging.getLogger("envace_lite")
     logger.addHandler(caplog.handler)
     try:
-        rows = ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+        rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
     finally:
         logger.removeHandler(caplog.handler)
     assert ran == ["t0"] and len(rows) == 1
@@ -1048,7 +1048,7 @@ def test_a_second_eval_writer_is_refused_then_a_dead_ones_lock_is_taken_over(
     (tmp_path / paths.LOCK_FILE).write_text(json.dumps({"pid": other_writer.pid,
                                                         "host": "elsewhere"}))
     with pytest.raises(paths.RunFolderLocked, match="on elsewhere"):
-        ev.evaluate(pol, "bfcl-base", cfg="smoke", limit=1, out=tmp_path)
+        ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
 
 
 def test_a_second_train_writer_is_refused_before_any_model(tmp_path, monkeypatch, other_writer):

@@ -334,8 +334,11 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
             break
         presets = [hooks.preset(x) for x in acting]
         todo = [p for p, pre in zip(prompts, presets) if pre is None]
+        # skipped only when every acting item has a preset: an empty call (no item acting, kept
+        # turning by ``any_rank``) is still made, so that collective backends see it on every rank
         made = iter(generator.generate(todo, role="act", max_new_tokens=max_new_tokens,
-                                       temperature=temperature, top_p=top_p) if todo else [])
+                                       temperature=temperature, top_p=top_p)
+                    if todo or not acting else [])
         outs = [pre if pre is not None else next(made) for pre in presets]
         for x, prompt, out in zip(acting, prompts, outs):
             guarded(x, hooks, hooks.stages["output"], _act_output, x, hooks, prompt, out, glue)

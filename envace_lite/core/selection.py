@@ -74,6 +74,7 @@ from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
 from envace_lite.types import REHEARSING_MODES, Output, Trajectory
 
+
 log = get_logger(__name__)
 
 STRATEGIES = ("memory", "select", "rules", "vote")
