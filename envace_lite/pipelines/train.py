@@ -16,8 +16,10 @@ Resume: calling ``train`` again on the same run dir continues from the last *com
 config that changes results is refused before anything is written (``check_resume_config``; a
 longer ``grpo.steps`` is allowed), and a second writer is refused by the lock. Incomplete
 checkpoint folders and metrics rows past that step (written before a kill landed; a torn last row
-too) are removed first, so rows 1..N appear once each. SIGTERM stops gracefully: the current step finishes, a checkpoint is
-written and the process exits with status 143; the log names the CLI command that resumes it.
+too) are removed first, so rows 1..N appear once each. The checkpoint lookup and the config check
+are in ``resume.py`` (re-exported here). SIGTERM stops gracefully: the current step finishes, a
+checkpoint is written and the process exits with status 143; the log names the CLI command that
+resumes it (``resume_hint``).
 With the LLM judge, one probe call precedes training, and a judge that keeps failing stops the
 run (``grpo.judge_mask_threshold``, ``grpo.judge_mask_steps``; ``judge.JudgeHealth``).
 
@@ -33,7 +35,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import statistics
 import threading
@@ -53,12 +54,21 @@ from envace_lite.paths import (
     run_folder_lock,
     write_checkpoint_record,
 )
+from envace_lite.pipelines.resume import (
+    CHECKPOINTS,
+    RESUME_FREE,  # noqa: F401 (re-exported)
+    RESUME_FREE_GROUPS,  # noqa: F401 (re-exported)
+    check_resume_config,
+    checkpoint_step,
+    config_drift,  # noqa: F401 (re-exported)
+    last_checkpoint,
+    resume_hint,
+)
 from envace_lite.progress import get_logger, is_rank0, progress
 from envace_lite.types import ROLES
 
 log = get_logger(__name__)
 
-CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
 SIGTERM_EXIT = 128 + signal.SIGTERM
 
@@ -300,93 +310,8 @@ def _sigterm_stops(stopper: _StopOnRequest) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoints
-# ---------------------------------------------------------------------------------------------
-def checkpoint_step(path: Path) -> int:
-    """The GRPO step of a ``checkpoint-<step>`` folder (``checkpoint-12`` → 12)."""
-    return int(path.name.rsplit("-", 1)[1])
-
-
-def _complete(checkpoint: Path) -> bool:
-    """Whether a checkpoint's ``trainer_state.json`` (HF writes it last) is there and parses."""
-    try:
-        return isinstance(json.loads((checkpoint / "trainer_state.json").read_text()), dict)
-    except (OSError, ValueError):  # absent, or torn by a kill during the save
-        return False
-
-
-def last_checkpoint(run_dir: str | Path, clean: bool = False) -> Path | None:
-    """The newest complete checkpoint of a run (its ``trainer_state.json`` parses), or None.
-
-    Args:
-        clean: delete incomplete checkpoint folders newer than it (a kill during a save).
-    """
-    folder = Path(run_dir) / CHECKPOINTS
-    found = sorted(folder.glob("checkpoint-*"), key=checkpoint_step) if folder.exists() else []
-    complete = [p for p in found if _complete(p)]
-    last = complete[-1] if complete else None
-    if clean:
-        for p in found:
-            if p not in complete and (last is None or checkpoint_step(p) > checkpoint_step(last)):
-                log.warning("removing incomplete checkpoint %s", p)
-                shutil.rmtree(p)
-    return last
-
-
-# ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
-RESUME_FREE = ("grpo.steps", "grpo.save_every", "run.progress", "run.runs_root")
-"""Fields a resumed run may change: a longer run, its checkpoint cadence, progress bars and
-the runs root. The ``eval`` and ``rehearsal`` groups (test-time settings training never reads)
-may change too; every other field changes what training computes."""
-RESUME_FREE_GROUPS = ("eval", "rehearsal")
-
-
-def config_drift(recorded: dict[str, Any], cfg: Config,
-                 free: tuple[str, ...] = RESUME_FREE,
-                 free_groups: tuple[str, ...] = RESUME_FREE_GROUPS) -> list[str]:
-    """``key: recorded -> now`` for each field of a recorded ``config.json`` that differs from
-    ``cfg`` and changes results (outside ``free`` and ``free_groups``); ``profile`` included."""
-    new = cfg.to_dict()
-    diffs = []
-    if recorded.get("profile") != new["profile"]:
-        diffs.append(f"profile: {recorded.get('profile')!r} -> {new['profile']!r}")
-    for g, sub in new.items():
-        if not isinstance(sub, dict) or g in free_groups:
-            continue
-        old = recorded.get(g) if isinstance(recorded.get(g), dict) else {}
-        for k, v in sub.items():
-            if f"{g}.{k}" not in free and old.get(k, v) != v:
-                diffs.append(f"{g}.{k}: {old.get(k)!r} -> {v!r}")
-    return diffs
-
-
-def check_resume_config(run_dir: str | Path, cfg: Config, free: tuple[str, ...] = RESUME_FREE,
-                        free_groups: tuple[str, ...] = RESUME_FREE_GROUPS) -> None:
-    """Refuse to resume ``run_dir`` under a config that changes results (``config_drift`` with
-    ``free`` and ``free_groups``).
-
-    Called before anything is written into the folder; its ``config.json`` is left as it is.
-
-    Raises:
-        ConfigError: one line naming each differing field, its recorded and its new value.
-    """
-    from envace_lite.config import ConfigError
-
-    path = Path(run_dir) / "config.json"
-    if not path.exists():
-        return
-    try:
-        recorded = json.loads(path.read_text())
-    except ValueError as e:
-        raise ConfigError(f"{path} is not JSON ({e}): use another folder") from None
-    diffs = config_drift(recorded, cfg, free, free_groups)
-    if diffs:
-        raise ConfigError(f"{run_dir} was made under another config ({'; '.join(diffs)}): "
-                          "resume it with its recorded settings, or use a new folder")
-
-
 def load_train_tasks(cfg: Config) -> list[Any]:
     """The RL tasks: the train split of every suite in ``grpo.suites`` less the warm-start (SFT)
     share (``transcripts.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every
@@ -519,10 +444,3 @@ def _train(cfg: Config, run_dir: Path, resume: bool, generator: Any,
                     resume_hint(cfg, run_dir))
         raise SystemExit(SIGTERM_EXIT)
     return run_dir
-
-
-def resume_hint(cfg: Config, run_dir: str | Path) -> str:
-    """The CLI command that resumes a run: ``envace-lite train --profile P --run-dir DIR``
-    (with the run's own ``--set``/``--overrides``; ``DIR/config.json`` records them)."""
-    return (f"envace-lite train --profile {cfg.profile} --run-dir {run_dir} (with the same "
-            f"--set/--overrides; {Path(run_dir) / 'config.json'} records them)")
