@@ -7,16 +7,16 @@ message the policy first rehearses privately (``rehearsal.rehearse_turns``), the
 in the real adapter with the memory m_x in its context.
 
 Committed execution is the ACT engine of training (``engine.run_turns``, the loop of
-``rollout(mode="real")``) on the same token ids (docs/design.md, "Committed execution on
-training's tokens"), with its own hooks (``_CommittedHooks``): before each turn, the episodes that
-just got a user message rehearse together and m_x joins (``apply_rehearsal``); the first prompt,
-and any prompt after the env's tool list changed (BFCL miss_func), is rendered from the messages
-(``act_prompt``); every call of a reply runs, through the write gate when the episode has one
-(``gate.WriteGate``: a refused call is not executed, ACT gets ``prompts.GATE_REFUSAL`` as an
-error observation, ``gated_calls`` counts it); a reply that fails to parse is a text reply (as
-BFCL's decoder failure is), counted in ``parse_errors``; a text reply goes to ``env.end_turn``;
-the env's ``done`` after a step ends the episode (``terminal_tool``). Each finished episode is
-scored at once and its row written (``on_row``).
+``rollout(mode="real")``) on the same token ids (docs/design.md, "Committed execution on training's
+tokens"), with its own hooks (``_CommittedHooks``): before each turn, the episodes that just got a
+user message rehearse together and m_x joins (``apply_rehearsal``, in ``turn_records.py``); the
+first prompt, and any prompt after the env's tool list changed (BFCL miss_func), is rendered from
+the messages (``act_prompt``); every call of a reply runs, through the write gate when the episode
+has one (``gate.WriteGate``: a refused call is not executed, ACT gets ``prompts.GATE_REFUSAL`` as
+an error observation, ``gated_calls`` counts it); a reply that fails to parse is a text reply (as
+BFCL's decoder failure is), counted in ``parse_errors``; a text reply goes to ``env.end_turn``; the
+env's ``done`` after a step ends the episode (``terminal_tool``). Each finished episode is scored
+at once and its row written (``on_row``).
 
 With ``rehearsal.strategy`` ``select``, ``rules`` or ``vote`` (beyond the paper,
 ``selection.py``), the rehearsal of a user turn inserts no memory: it chooses one of N candidate
@@ -46,94 +46,12 @@ from envace_lite.core.episode import Episode, call_log
 from envace_lite.core.gate import IDENTIFIER_KEY, WriteGate, identifiers
 from envace_lite.llm.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger, progress
-from envace_lite.core.rehearsal import RehearsalExecuted, TurnRehearsal, rehearse_turns
+from envace_lite.core.rehearsal import RehearsalExecuted, rehearse_turns
 from envace_lite.core.selection import SELECTING, STRATEGIES, TurnSelection, select_turns
+from envace_lite.core.turn_records import apply_rehearsal, apply_selection
 from envace_lite.types import DECODING, Observation, RehearsalMode, ToolCall, rehearsal_mode
 
 log = get_logger(__name__)
-
-def apply_rehearsal(ep: Episode, rec: TurnRehearsal, placement: str = "message") -> None:
-    """Apply one user turn's rehearsal record to its episode (``rehearsal.rehearse_turns``).
-
-    Inserts m_x (nothing when the memory is empty, so the committed prompt is then exactly the
-    no-rehearsal prompt), keeps the record, and adds its counts to the episode's counters (the
-    row's keys).
-
-    Args:
-        placement: ``message``: m_x joins the history as one user-role memory message (paper
-            §2.3). ``ticket`` (beyond the paper, ``rehearsal.memory_placement``): the memory
-            message's text is appended, after a blank line, to the request it was rehearsed
-            for: the last user message of the history, or of the initial messages when the
-            history holds none. The message is replaced by a copy, so the task's own messages
-            are never changed.
-
-    Raises:
-        ValueError: an unknown ``placement``.
-    """
-    if placement not in ("message", "ticket"):
-        raise ValueError(f"memory placement {placement!r}: use 'message' or 'ticket'")
-    mem = rec.memory
-    ep.rehearsals.append(rec)
-    ep.rehearsal_real_calls += rec.real_calls
-    ep.rehearsal_tokens += rec.tokens
-    ep.rehearse_outputs += rec.rehearse_outputs
-    ep.rehearsal_seconds += rec.seconds
-    ep.feedback_parse_errors += rec.feedback_parse_errors
-    ep.memory_tokens += mem.tokens
-    ep.empty_memories += int(mem.empty)
-    ep.truncated_memories += int(mem.truncated)
-    ep.memories.append(mem.text)
-    if not mem.empty:
-        message = prompts.memory_message(mem.text)
-        if placement == "message" or not _append_to_request(ep, message["content"]):
-            ep.history.append(message)
-    ep.needs_rehearsal = False
-
-
-def apply_selection(ep: Episode, rec: TurnSelection) -> None:
-    """Apply one user turn's selection (``selection.select_turns``) to its episode: the chosen
-    first ACT output becomes the episode's ``preset`` (committed verbatim at its next ACT turn;
-    None: ACT generates as usual), the record is kept and its counts join the row's counters.
-    Nothing joins the history: the committed prompt is exactly the no-rehearsal prompt."""
-    ep.selections.append(rec)
-    ep.preset = rec.preset
-    ep.rehearsal_real_calls += rec.real_calls
-    ep.rehearsal_tokens += rec.tokens
-    ep.rehearse_outputs += rec.rehearse_outputs
-    ep.rehearsal_seconds += rec.seconds
-    ep.crashed_attempts += rec.crashed
-    ep.rejected_attempts += rec.rejected
-    ep.needs_rehearsal = False
-
-
-def _append_to_request(ep: Episode, text: str) -> bool:
-    """Append ``text`` to the request just received, on a copy of the message and its list.
-
-    The request is the last user message that is not a ``<tool_response>``, among the messages
-    no ACT prompt holds yet: before the first ACT output, the history and then the initial
-    messages; after it, the history since the last ACT reply (``act_history_len``), since the
-    earlier ones are already in ``act_ids``. False (the caller appends a memory message instead)
-    when there is no such message.
-    """
-    def find(msgs: list[dict[str, Any]], start: int) -> int | None:
-        for i in range(len(msgs) - 1, start - 1, -1):
-            content = msgs[i].get("content")
-            if (msgs[i].get("role") == "user" and isinstance(content, str)
-                    and not content.lstrip().startswith("<tool_response>")):
-                return i
-        return None
-
-    owners = ([("history", 0), ("messages", 0)] if not ep.act_ids
-              else [("history", ep.act_history_len)])
-    for owner, start in owners:
-        msgs = getattr(ep, owner)
-        i = find(msgs, start)
-        if i is not None:
-            new = list(msgs)
-            new[i] = {**msgs[i], "content": f"{msgs[i]['content']}\n\n{text}"}
-            setattr(ep, owner, new)
-            return True
-    return False
 
 
 def _execute(ep: Episode, calls: list[ToolCall], tools: list[dict[str, Any]]) -> list[Observation]:
