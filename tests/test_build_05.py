@@ -17,8 +17,8 @@ import pytest
 from envace_lite.course import series as nbs
 from envace_lite import protocol
 from envace_lite.protocol import prompts
-from envace_lite.core.execute import run_committed
-from envace_lite.core.episode import Episode
+from envace_lite.testtime.execute import run_committed
+from envace_lite.testtime.episode import Episode
 from envace_lite.envs import make_env
 from envace_lite.llm.generation import HFGenerator, chat_ids
 from envace_lite.llm.scripted import ScriptedGenerator

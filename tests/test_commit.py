@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from envace_lite import protocol
-from envace_lite.core.execute import run_committed
-from envace_lite.core.episode import Episode
+from envace_lite.testtime.execute import run_committed
+from envace_lite.testtime.episode import Episode
 from envace_lite.config import get_config
 from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env

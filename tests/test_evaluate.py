@@ -87,7 +87,7 @@ def test_malformed_outputs_are_logged_not_raised(tokenizer):
 def test_call_log_caps_long_observations_and_arguments():
     from types import SimpleNamespace
 
-    from envace_lite.core.episode import CALL_LOG_CHARS, call_log
+    from envace_lite.testtime.episode import CALL_LOG_CHARS, call_log
     from envace_lite.drills.report import is_hash_slip
 
     items = ["1234567890"] * 30  # its JSON: 30 * 12 quoted ids + 29 * 2 separators + 2 = 420

@@ -1,5 +1,5 @@
 """Test-time private rehearsal, committed execution and the write gate (rehearsal.py,
-core/execute.py).
+testtime/execute.py).
 
 Scripted generators drive the real chat template, parser, rollout engine and benchmark adapters;
 the last tests run the tiny random Qwen3 end to end.
@@ -13,8 +13,8 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.protocol import prompts
-from envace_lite.core.execute import WriteGate, identifiers, run_committed
-from envace_lite.core.episode import Episode
+from envace_lite.testtime.execute import WriteGate, identifiers, run_committed
+from envace_lite.testtime.episode import Episode
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
 from envace_lite.llm.generation import HFGenerator, chat_ids
@@ -385,7 +385,7 @@ def _attempt(index, calls):
     """An Attempt whose ACT turn t made the calls ``calls[t]``: (text, [imagined error?])."""
     from types import SimpleNamespace as NS
 
-    from envace_lite.core.rehearsal import Attempt
+    from envace_lite.testtime.rehearsal import Attempt
     outputs, steps = [], []
     for turn, (text, errors) in enumerate(calls):
         outputs.append(NS(role="act", text=text))
@@ -397,7 +397,7 @@ def _attempt(index, calls):
 
 def test_calls_memory_keeps_the_best_attempts_working_calls(tok):
     from envace_lite.protocol.prompts import CALLS_MEMORY_HEADER
-    from envace_lite.core.rehearsal import calls_memory
+    from envace_lite.testtime.rehearsal import calls_memory
     a1 = _attempt(1, [("CALL-A1", [True]), ("CALL-B1", [False]), ("The end.", [])])
     a2 = _attempt(2, [("CALL-A2", [False]), ("CALL-B2", [False, False])])
     a3 = _attempt(3, [("CALL-A3", [False]), ("CALL-B3", [False])])
@@ -477,8 +477,8 @@ def test_ticket_placement_appends_the_memory_to_the_request(tok):
 def test_ticket_placement_in_a_later_user_turn_goes_to_that_turns_request(tok):
     """After the first ACT output, only the messages no ACT prompt holds yet are searched: the
     new user turn, never a tool response or an earlier request already in act_ids."""
-    from envace_lite.core.execute import apply_rehearsal
-    from envace_lite.core.rehearsal import TurnRehearsal
+    from envace_lite.testtime.execute import apply_rehearsal
+    from envace_lite.testtime.rehearsal import TurnRehearsal
     from envace_lite.protocol.rehearsal_outputs import Memory
     ep = episode(*BFCL)
     first_request = ep.messages[-1]["content"]
@@ -501,8 +501,8 @@ def test_ticket_placement_in_a_later_user_turn_goes_to_that_turns_request(tok):
 
 
 def test_apply_rehearsal_rejects_an_unknown_placement(tok):
-    from envace_lite.core.execute import apply_rehearsal
-    from envace_lite.core.rehearsal import TurnRehearsal
+    from envace_lite.testtime.execute import apply_rehearsal
+    from envace_lite.testtime.rehearsal import TurnRehearsal
     from envace_lite.protocol.rehearsal_outputs import Memory
     rec = TurnRehearsal(0, "parallel", memory=Memory("m", tokens=1))
     with pytest.raises(ValueError, match="'message' or 'ticket'"):

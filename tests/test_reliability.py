@@ -647,7 +647,7 @@ def _boom_on(monkeypatch, *, step: bool = False):
     """``protocol.rehearse_messages`` (and with ``step`` the committed env step) raise on
     BOOM calls: an unforeseen failure inside one trajectory."""
     from envace_lite import protocol
-    from envace_lite.core import execute as commit
+    from envace_lite.testtime import execute as commit
 
     real_rehearse, real_execute = protocol.rehearse_messages, commit._execute
 
@@ -760,10 +760,10 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
 # ---------------------------------------------------------------------------------------------
 
 def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
-    from envace_lite.core import execute as commit
-    from envace_lite.core.episode import Episode
+    from envace_lite.testtime import execute as commit
+    from envace_lite.testtime.episode import Episode
     from envace_lite.envs import list_tasks, make_env
-    from envace_lite.core.rehearsal import RehearsalExecuted
+    from envace_lite.testtime.rehearsal import RehearsalExecuted
 
     suite = "tau2-retail-drills"
     eps = []

@@ -1,4 +1,4 @@
-"""Rehearse, then select (core/selection.py, core/execute.py): hand-computed choices on scripted policies,
+"""Rehearse, then select (testtime/selection.py, testtime/execute.py): hand-computed choices on scripted policies,
 the committed call taken verbatim, zero real calls in rehearsal, unparsed REHEARSE outputs as
 no prediction, crashed attempts skipped, and the controls (rules, vote, another REHEARSE).
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from envace_lite import protocol
-from envace_lite.core.episode import Episode
-from envace_lite.core.execute import run_committed
+from envace_lite.testtime.episode import Episode
+from envace_lite.testtime.execute import run_committed
 from envace_lite.config import get_config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import qwen3_tokenizer
-from envace_lite.core.selection import (
+from envace_lite.testtime.selection import (
     Candidate,
     accepted,
     choose,

@@ -172,8 +172,8 @@ def test_tiny_real_model_end_to_end(task):
 def scripted_episode(tok, mode: str, n: int = 2):
     """A committed bfcl-base run whose every role is scripted: ACT calls ``ls`` once per user turn
     (then says "Done."), REHEARSE imagines a listing, FEEDBACK and MEMORY write tagged text."""
-    from envace_lite.core.execute import run_committed
-    from envace_lite.core.episode import Episode
+    from envace_lite.testtime.execute import run_committed
+    from envace_lite.testtime.episode import Episode
     from envace_lite.envs import make_env
 
     call = protocol.assistant_text([ToolCall("ls", {})])
@@ -228,8 +228,8 @@ def test_render_episode_with_one_attempt_and_without_rehearsal(tok):
     assert len(ep.rehearsals[0].attempts) == 1
     page = render_episode(ep, row)
     assert "<b>N</b>: 1" in page and page.count('class="envace-attempt"') == row["user_turns"]
-    from envace_lite.core.execute import run_committed
-    from envace_lite.core.episode import Episode
+    from envace_lite.testtime.execute import run_committed
+    from envace_lite.testtime.episode import Episode
     from envace_lite.envs import make_env
 
     tid = list_tasks("bfcl-base", "test")[0]

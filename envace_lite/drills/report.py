@@ -181,7 +181,7 @@ def is_hash_slip(call: dict[str, Any]) -> bool:
     """Whether a logged real call is the paper's Fig. 7 slip: an order id without its ``#``.
 
     Args:
-        call: one entry of a row's ``real_call_log`` (``core.episode.call_log``): ``{"name",
+        call: one entry of a row's ``real_call_log`` (``testtime.episode.call_log``): ``{"name",
             "arguments", ...}``.
 
     Returns:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_lite.core.execute import WriteGate, run_committed
-from envace_lite.core.episode import Episode
+from envace_lite.testtime.execute import WriteGate, run_committed
+from envace_lite.testtime.episode import Episode
 from envace_lite.config import Config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import Generator
@@ -230,7 +230,7 @@ def evaluate(policy: Any, suite: str | list[str], rehearsal: str | None = None,
     mode = rehearsal or "none"
     r.mode, r.n = mode, r.n if n is None else n
     r.strategy = r.strategy if strategy is None else strategy
-    from envace_lite.core.selection import STRATEGIES
+    from envace_lite.testtime.selection import STRATEGIES
 
     if r.strategy not in STRATEGIES:
         raise ValueError(f"strategy={r.strategy!r}: use one of {STRATEGIES}")

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite import protocol
-from envace_lite.core.execute import run_committed
-from envace_lite.core.episode import Episode
+from envace_lite.testtime.execute import run_committed
+from envace_lite.testtime.episode import Episode
 from envace_lite.config import Config, first_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import chat_ids, token_counter

@@ -187,8 +187,8 @@ def error_kind(call: ToolCall, seen: str) -> str:
         call: the call a_t.
         seen: the text it may copy from: the user messages and tool responses before it.
     """
-    from envace_lite.core.gate import identifiers
-    from envace_lite.core.selection import id_seen
+    from envace_lite.testtime.gate import identifiers
+    from envace_lite.testtime.selection import id_seen
 
     if call.violations:
         return "invalid_arguments"

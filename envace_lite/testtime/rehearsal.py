@@ -2,7 +2,7 @@
 
 The reference code has no test-time rehearsal; this is our design (docs/design.md, "Our
 additions beyond the paper"; the procedure in docs/rehearsal.md). The committed
-execution that follows, and the write gate, live in ``core/execute.py``, which calls
+execution that follows, and the write gate, live in ``testtime/execute.py``, which calls
 ``rehearse_turns`` at each new user message. Per episode and user turn:
 
 1. **Rehearse.** The rehearsing policy plays N imagined attempts from the *real history so far*.
@@ -48,8 +48,8 @@ appends m_x to the request's own user message instead of a message of its own
 
 Usage::
 
-    from envace_lite.core.execute import run_committed
-    from envace_lite.core.episode import Episode
+    from envace_lite.testtime.execute import run_committed
+    from envace_lite.testtime.episode import Episode
     env = make_env("bfcl-base", "multi_turn_base_5")
     rows = run_committed(gen, tok, [Episode("bfcl-base", env.task_id, 0, env, env.reset())], cfg,
                          rehearsal="parallel", n=2)

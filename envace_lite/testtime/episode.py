@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace_lite.core.gate import WriteGate
-from envace_lite.core.rehearsal import TurnRehearsal
-from envace_lite.core.selection import TurnSelection
+from envace_lite.testtime.gate import WriteGate
+from envace_lite.testtime.rehearsal import TurnRehearsal
+from envace_lite.testtime.selection import TurnSelection
 from envace_lite.envs import Env
 from envace_lite.llm.generation import Completion
 

@@ -9,7 +9,7 @@ episode and its counts join the episode's counters, the keys of its row.
 
 Usage::
 
-    from envace_lite.core.turn_records import apply_rehearsal
+    from envace_lite.testtime.turn_records import apply_rehearsal
     (rec,) = rehearse_turns([ep], gen, tok, cfg, "parallel", 2)
     apply_rehearsal(ep, rec, cfg.rehearsal.memory_placement)
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from envace_lite.protocol import prompts
-from envace_lite.core.episode import Episode
-from envace_lite.core.rehearsal import TurnRehearsal
-from envace_lite.core.selection import TurnSelection
+from envace_lite.testtime.episode import Episode
+from envace_lite.testtime.rehearsal import TurnRehearsal
+from envace_lite.testtime.selection import TurnSelection
 
 
 def apply_rehearsal(ep: Episode, rec: TurnRehearsal, placement: str = "message") -> None:

@@ -35,8 +35,8 @@ on an error, is logged and skipped (``Candidate.crashed``), never chosen.
 
 Usage::
 
-    from envace_lite.core.episode import Episode
-    from envace_lite.core.execute import run_committed
+    from envace_lite.testtime.episode import Episode
+    from envace_lite.testtime.execute import run_committed
     cfg.rehearsal.strategy = "select"
     rows = run_committed(gen, tok, episodes, cfg, rehearsal="parallel", n=2)
 """
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite.config import Config
-from envace_lite.core.candidates import (
+from envace_lite.testtime.candidates import (
     PREDICTION_RANK,
     SELECTING,
     TEXT_REPLY,
@@ -64,7 +64,7 @@ from envace_lite.core.candidates import (
     unseen_ids,
 )
 from envace_lite.core.engine import chat_glue, ids_with_stop
-from envace_lite.core.rehearsal import EpisodeView, RehearsalExecuted, imagined_task, rehearsal_config
+from envace_lite.testtime.rehearsal import EpisodeView, RehearsalExecuted, imagined_task, rehearsal_config
 from envace_lite.core.rollout import rollout
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger

@@ -33,7 +33,7 @@ signature held by more than N/2 candidates, which no later candidate can outvote
 
 Usage::
 
-    from envace_lite.core.candidates import choose, score_attempt, seen_text
+    from envace_lite.testtime.candidates import choose, score_attempt, seen_text
     scored = [score_attempt(j + 1, traj, tools, seen_text(ep)) for j, traj in enumerate(trajs)]
     best = choose(scored, "select")
 """
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
-from envace_lite.core.gate import identifiers
-from envace_lite.core.rehearsal import EpisodeView
+from envace_lite.testtime.gate import identifiers
+from envace_lite.testtime.rehearsal import EpisodeView
 from envace_lite.types import Output, Trajectory
 
 SELECTING = ("select", "rules", "vote")
