@@ -61,7 +61,35 @@ def one_point(profile: str, k: int, turns: int, filler: int, quick: bool = False
     return {"k": k, "turns": turns, "filler": filler, "step_s": last["total_s"],
             "policy_fwd_bwd_s": last["policy_fwd_bwd_s"], "rest_s": last["rest_s"],
             "rows": last["rows"], "outputs": last["outputs"],
+            "step_tokens": last["step_tokens"], "padded_tokens": last["padded_tokens"],
+            "completion_tokens": last["completion_tokens"],
             "rss_after_load_mib": round(loaded, 1), "peak_mib": round(common._vmhwm_mib(), 1)}
+
+
+def fit_exponent(rows: list[dict[str, Any]], x: str = "step_tokens",
+                 y: str = "step_s") -> dict[str, Any]:
+    """Least-squares fit of ``log y = log c + b log x`` over the distinct points of ``rows``.
+
+    ``b`` is the exponent of step time against tokens per step: 1 is linear, 2 quadratic.
+
+    Returns:
+        ``{"exponent": b, "points": n, "x": x, "y": y}``; ``exponent`` is None with fewer than 2
+        distinct ``x`` values.
+    Raises:
+        ValueError: a point whose ``x`` or ``y`` is not positive.
+    """
+    import math
+
+    pts = sorted({(r[x], r[y]) for r in rows})
+    if any(a <= 0 or b <= 0 for a, b in pts):
+        raise ValueError(f"{x} and {y} must be positive: {pts}")
+    if len({a for a, _ in pts}) < 2:
+        return {"exponent": None, "points": len(pts), "x": x, "y": y}
+    lx, ly = [math.log(a) for a, _ in pts], [math.log(b) for _, b in pts]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    b = (sum((u - mx) * (v - my) for u, v in zip(lx, ly))
+         / sum((u - mx) ** 2 for u in lx))
+    return {"exponent": round(b, 4), "points": len(pts), "x": x, "y": y}
 
 
 def sweep_points(ks: list[int], turns: list[int], fillers: list[int]) -> list[tuple[str, dict]]:
@@ -102,7 +130,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every point in its own process, write the JSON and the PNG; returns the payload."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--profile", default="smoke", choices=["smoke", "laptop"])
+    p.add_argument("--profile", default="smoke", choices=["smoke", "drills", "laptop"])
     p.add_argument("--out", default=None, help="JSON path; the PNG goes next to it")
     p.add_argument("--quick", action="store_true", help="tiny model, two points (the tests)")
     p.add_argument("--k", type=int, nargs="+", default=[2, 4, 8])
@@ -136,6 +164,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     png = plot(rows, out.with_suffix(".png"))
     payload = {"benchmark": "scaling", "command": command_line("scaling.py", argv),
                "machine": machine_info(), "rows": rows, "plot": png.name,
+               "fit": {f"{name}, against {x}": fit_exponent(
+                           [r for r in rows if name == "all points" or r["sweep"] == name], x)
+                       for x in ("step_tokens", "padded_tokens", "completion_tokens")
+                       for name in ("all points", "k", "turns", "context")},
                "setup": {"profile": a.profile, "base": BASE, "steps_per_point": a.steps,
                          "kept": "the last step", "policy": "scripted (train_step.scripted_policy)",
                          "task": "bfcl-base (the first train task)", "memory": "VmHWM"}}

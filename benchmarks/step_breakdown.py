@@ -89,7 +89,11 @@ def one_step(trainer: Any, model: Any, inputs: list[dict[str, Any]], timers: dic
             "rest_cpu_ms_per_output": round(1000 * rest_cpu / max(outputs, 1), 2),
             "rest_cpu_share": round(rest_cpu / max(total_cpu, 1e-9), 4),
             "generated_tokens": sum(len(o.ids) for t in rec.trajs for o in t.outputs),
-            "turns_mean": round(sum(t.turns for t in rec.trajs) / len(rec.trajs), 2)}
+            "turns_mean": round(sum(t.turns for t in rec.trajs) / len(rec.trajs), 2),
+            # the tokens the step trains on: real (mask) and as padded in the batch
+            "step_tokens": int(batch["prompt_mask"].sum() + batch["completion_mask"].sum()),
+            "padded_tokens": int(batch["prompt_ids"].numel() + batch["completion_ids"].numel()),
+            "completion_tokens": int(batch["completion_mask"].sum())}
 
 
 def run(profile: str, steps: int, overrides: dict[str, Any], quick: bool = False,

@@ -80,6 +80,10 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
                 out.append((f"scaling ({prof}, plot `{d['plot']}`): step s / peak MiB vs {key}",
                             "; ".join(f"{key}={r[key]}: {r['step_s']} s / {r['peak_mib']:.0f}"
                                       for r in pts)))
+        for name, f in d.get("fit", {}).items():
+            if f["exponent"] is not None and f["x"] in ("step_tokens", "completion_tokens"):
+                out.append((f"scaling ({prof}): exponent of step s against tokens, {name}",
+                            f"{f['exponent']} ({f['points']} points)"))
         return out
     if kind == "vllm_backend":
         if "error" in d:

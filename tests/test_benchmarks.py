@@ -129,6 +129,21 @@ def test_scaling_plot_by_hand(tmp_path):
     assert [s for s, _ in pts] == ["k", "k", "turns", "context"] and pts[0][1] == scaling.BASE
 
 
+def test_scaling_exponent_by_hand():
+    # y = 3 x: exponent 1; y = x^2 / 100: exponent 2 (log-log slope, by hand)
+    lin = [{"step_tokens": x, "step_s": 3.0 * x} for x in (100, 200, 400)]
+    assert scaling.fit_exponent(lin)["exponent"] == 1.0
+    quad = [{"step_tokens": x, "step_s": x * x / 100} for x in (100, 200, 400)]
+    assert scaling.fit_exponent(quad) == {"exponent": 2.0, "points": 3, "x": "step_tokens",
+                                          "y": "step_s"}
+    # (100, 1), (400, 4), (100, 1) again: two distinct points, slope log 4 / log 4 = 1
+    assert scaling.fit_exponent([{"step_tokens": 100, "step_s": 1.0}] * 2
+                                + [{"step_tokens": 400, "step_s": 4.0}])["points"] == 2
+    assert scaling.fit_exponent([{"step_tokens": 100, "step_s": 1.0}])["exponent"] is None
+    with pytest.raises(ValueError):
+        scaling.fit_exponent([{"step_tokens": 0, "step_s": 1.0}, {"step_tokens": 2, "step_s": 1}])
+
+
 def test_table_reads_the_json(out):
     md = table.markdown(out)
     assert md.startswith("| figure |") and "python benchmarks/train_step.py" in md
