@@ -230,3 +230,23 @@ def test_prereg_template_is_filled_and_says_it_was_not_run():
     assert not {s for m in p["modes"] for s in seeds[m]} & {0, 1, 2}  # used by every v1 run
     assert p["suite"] == V2 and "eval.split=validation" in p["recipe"]["command"]
     assert "<" not in path.read_text()
+
+
+def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
+    """Every shipped tuning point ran on the validation slice with a tuning seed (not one of the
+    pre-registered confirmatory seeds), and the status says the gate stopped the study exactly
+    when no point's SFT start reached its 10 % floor."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "data/reference_results/drills_v2"
+    prereg = json.loads((root / "prereg.json").read_text())
+    points = [json.loads(p.read_text()) for p in sorted((root / "tuning").glob("*.json"))]
+    assert len(points) >= 5
+    confirmatory = {s for m in prereg["modes"] for s in prereg["seeds"][m]}
+    for pt in points:
+        assert (pt["split"], pt["suite"], pt["episodes"]) == ("validation", V2, 102), pt["point"]
+        assert pt["seed"] not in confirmatory
+        assert pt["success"] == pt["successes"] / pt["episodes"]
+        assert 0 <= pt["failed_real_calls"] <= pt["real_calls"]
+    stopped = "first gate" in prereg["status"]
+    assert stopped == all(pt["success"] < 0.10 for pt in points)
