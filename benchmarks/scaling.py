@@ -78,17 +78,14 @@ def fit_exponent(rows: list[dict[str, Any]], x: str = "step_tokens",
     Raises:
         ValueError: a point whose ``x`` or ``y`` is not positive.
     """
-    import math
+    import numpy as np
 
     pts = sorted({(r[x], r[y]) for r in rows})
     if any(a <= 0 or b <= 0 for a, b in pts):
         raise ValueError(f"{x} and {y} must be positive: {pts}")
     if len({a for a, _ in pts}) < 2:
         return {"exponent": None, "points": len(pts), "x": x, "y": y}
-    lx, ly = [math.log(a) for a, _ in pts], [math.log(b) for _, b in pts]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    b = (sum((u - mx) * (v - my) for u, v in zip(lx, ly))
-         / sum((u - mx) ** 2 for u in lx))
+    b = float(np.polyfit(np.log([a for a, _ in pts]), np.log([b for _, b in pts]), 1)[0])
     return {"exponent": round(b, 4), "points": len(pts), "x": x, "y": y}
 
 

@@ -81,7 +81,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import command_line, machine_info, write_json  # noqa: E402
+from benchmarks.common import RESULTS, command_line, machine_info, write_json  # noqa: E402
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float,
                                "boolean": bool, "object": dict}
@@ -216,10 +216,12 @@ def tau2_reward(completions: list[Any], environments: list[Any] | None = None,
 # Counters shared by both loops
 # ---------------------------------------------------------------------------------------------
 class Counters:
-    """Generated tokens, generate/rollout/tool seconds and step times, by class-level wrappers."""
+    """Generated tokens, generate/rollout/tool seconds and step times, by class-level wrappers.
 
-    def __init__(self, pad_id: int) -> None:
-        self.pad_id = pad_id
+    ``pad_id``: the loaded policy's pad id, set by each loop when it loads the policy."""
+
+    def __init__(self) -> None:
+        self.pad_id: int | None = None
         self.reset()
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -374,6 +376,7 @@ def run_ours(cfg: Any, tasks: list[Any], counters: Counters, folder: str) -> dic
     from envace_lite.pipelines.train import grpo_args
 
     model, tok = load_policy(cfg, train=True)
+    counters.pad_id = tok.pad_token_id
     args = grpo_args(cfg, Path(folder) / "ours")
     args.save_strategy = "no"
     counters.reset()
@@ -433,6 +436,7 @@ def run_trl(cfg: Any, tasks: list[Any], counters: Counters, folder: str, templat
     from envace_lite.pipelines.train import grpo_args
 
     model, tok = load_policy(cfg, train=True)
+    counters.pad_id = tok.pad_token_id
     tok = copy.deepcopy(tok)
     if template is not None:
         tok.chat_template = getattr(ctu, template)
@@ -541,10 +545,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "trl_max_tool_calling_iterations": cfg.rollout.max_turns - 1,
         "temperature": cfg.rollout.temperature, "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
-    from envace_lite.models.load import load_policy
-
-    _, tok = load_policy(cfg)
-    counters = Counters(tok.pad_token_id)
+    counters = Counters()
     counters.install([(rollout_module, "rollout"), (GRPOTrainer, "_generate")],
                      [(RoleWiseGRPOTrainer, "_score"), (GRPOTrainer, "_calculate_rewards")])
     loadavg: dict[str, Any] = {}
@@ -582,8 +583,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "step_s_mean_less_reward": ratio(ours["step_s_mean_less_reward"],
                                              trl["step_s_mean_less_reward"]),
             "generated_tokens": ratio(ours["generated_tokens"], trl["generated_tokens"])}
-    path = write_json(a.out or Path(__file__).parent / "results" / "trl_env_factory.json",
-                      payload)
+    path = write_json(a.out or RESULTS / "trl_env_factory.json", payload)
     r = payload.get("ratios_ours_over_trl")
     print(f"{path}: ours {ours['rollout_tokens_per_s']} tok/s, step {ours['step_s_mean']} s; "
           + (f"TRL {trl['rollout_tokens_per_s']} tok/s, step {trl['step_s_mean']} s; ratios {r}"

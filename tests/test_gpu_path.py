@@ -94,9 +94,7 @@ def test_notebooks_02_and_03_under_the_gpu_profile_on_the_stand_in(stand_in, tmp
     meta = json.loads((series / "series.json").read_text())
     assert [s["status"] for s in meta["stages"]] == ["ok", "ok"]
     for stage in ("02_act_and_rehearse", "03_rolewise_advantages"):
-        cfg = json.loads((series / stage / "config.json").read_text())
-        assert (cfg["profile"], cfg["model"]["name"], cfg["rollout"]["rendering"]) == (
-            "gpu", str(stand_in), "full")
+        _assert_ran_the_gpu_profile(series / stage, stand_in)
         nb = nbformat.read(str(series / stage / f"{stage}.ipynb"), as_version=4)
         text = json.dumps([c.get("outputs", []) for c in nb.cells])
         assert str(tmp_path) not in text  # no machine path in the hand-out
@@ -116,6 +114,11 @@ def test_notebooks_04_and_05_under_the_gpu_profile_on_the_stand_in(stand_in, tmp
     series = run_series("gpu", [nb], tmp_path / "series", {"model_dir": str(stand_in)} | extra)
     meta = json.loads((series / "series.json").read_text())
     assert [s["status"] for s in meta["stages"]] == ["ok"]
-    cfg = json.loads((series / stage / "config.json").read_text())
+    _assert_ran_the_gpu_profile(series / stage, stand_in)
+
+
+def _assert_ran_the_gpu_profile(stage_dir, stand_in) -> None:
+    """The stage's recorded config is the gpu profile's, on the stand-in, with full rendering."""
+    cfg = json.loads((stage_dir / "config.json").read_text())
     assert (cfg["profile"], cfg["model"]["name"], cfg["rollout"]["rendering"]) == (
         "gpu", str(stand_in), "full")

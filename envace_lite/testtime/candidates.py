@@ -27,7 +27,7 @@ strategy   key (smaller is better)
 ``vote``   −agreement, index (a majority vote over the first outputs)
 =========  ==========================================================================
 
-**Acceptance** (``accepted``: a sequential selection stops at the first accepted candidate):
+**When a sequential selection stops** (``accepted``: at the first candidate that passes):
 ``select``: a prediction of ``ok`` and no failed check; ``rules``: no failed check; ``vote``: a
 signature held by more than N/2 candidates, which no later candidate can outvote.
 
