@@ -8,8 +8,8 @@ profile's: the ``hub`` loader, bf16 weights with an fp32 LoRA adapter (r = 64 on
 ``full`` rendering, its 1,024-token generation caps (``eval`` here uses short ones, for time) and
 its generation batch size; only the device is CPU and the step is small (one task, K = 2, no
 accumulation). It runs ``train`` (shared mode, one step), ``eval`` with parallel and sequential
-rehearsal, and notebooks 02 and 03 through the series runner with ``model_dir`` (04 and 05: the
-hand-run ``gpu_path_long`` tier). Gradient checkpointing is GPU-only in the
+rehearsal, and notebooks 02 to 05 through the series runner with ``model_dir`` (04 and 05 with
+their classroom caps on output length). Gradient checkpointing is GPU-only in the
 trainer's settings, so it is not exercised here (``benchmarks/gpu_workshop.py`` is).
 """
 from __future__ import annotations
@@ -100,21 +100,28 @@ def test_notebooks_02_and_03_under_the_gpu_profile_on_the_stand_in(stand_in, tmp
         assert str(tmp_path) not in text  # no machine path in the hand-out
 
 
-@pytest.mark.gpu_path_long
 @pytest.mark.parametrize("nb, stage, extra", [
-    ("04", "04_training_with_trl", {"steps": 1, "prompts_per_step": 8, "num_generations": 2}),
-    ("05", "05_private_rehearsal", {"n_tasks": 1, "select_ns": "1"}),
+    ("04", "04_training_with_trl", {"steps": 1, "prompts_per_step": 8, "num_generations": 2,
+                                    "micro_sft_steps": 0, "new_tokens": 16}),
+    ("05", "05_private_rehearsal", {"n_tasks": 1, "select_ns": "1", "max_turns": 1,
+                                    "new_tokens": 16}),
 ])
 def test_notebooks_04_and_05_under_the_gpu_profile_on_the_stand_in(stand_in, tmp_path, nb,
                                                                     stage, extra):
-    """Notebooks 04 (8 prompts x 2 trajectories: the gpu profile's 16 accumulation steps need
-    a multiple of 16 rollouts) and 05 under ``gpu`` on the stand-in; by hand (minutes each)."""
+    """Notebooks 04 and 05 under ``gpu`` on the stand-in, with the notebooks' own classroom caps
+    (``new_tokens``: 16-token REHEARSE outputs, ACT keeps 48). 04 runs 8 prompts x 2
+    trajectories, since the gpu profile's 16 accumulation steps need a multiple of 16 rollouts,
+    and skips its mode comparison, which trains the ``micro`` model, not the gpu path."""
     from envace_lite.course.series import run_series
 
     series = run_series("gpu", [nb], tmp_path / "series", {"model_dir": str(stand_in)} | extra)
     meta = json.loads((series / "series.json").read_text())
     assert [s["status"] for s in meta["stages"]] == ["ok"]
     _assert_ran_the_gpu_profile(series / stage, stand_in)
+    if nb == "05":  # 05 records its run's config, caps included (04 records the profile's)
+        cfg = json.loads((series / stage / "config.json").read_text())
+        assert (cfg["rollout"]["max_new_tokens_rehearse"], cfg["rollout"]["max_new_tokens_act"],
+                cfg["eval"]["max_turns"]) == (16, 48, 1)
 
 
 def _assert_ran_the_gpu_profile(stage_dir, stand_in) -> None:
