@@ -82,11 +82,13 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
     again = run_experiment(cfg, tmp_path, heldout_every=1, eval_limit=1, fidelity_limit=1)
     assert again["points"] == s["points"]
     assert len((tmp_path / "train" / "metrics.jsonl").read_text().split("\n")) == 3
-    # a run on that warm start without the base's point: no before_sft, the same after_sft
+    # a run on that warm start without the base's point: no before_sft, the same after_sft,
+    # measured in the background process (spawned, one torch thread) while training goes on
     one = copy.deepcopy(cfg)
     one.grpo.steps = 1
     nb = run_experiment(one, tmp_path / "nb", warmstart_dir=tmp_path / "warmstart",
-                        eval_limit=1, fidelity_limit=1, before_sft=False)
+                        eval_limit=1, fidelity_limit=1, before_sft=False,
+                        background_heldout=True)
     assert [(p["stage"], p["step"]) for p in nb["points"]] == [("after_sft", 0),
                                                                 ("after_envace", 1)]
     assert nb["points"][0]["committed_reward"] == s["points"][1]["committed_reward"]
@@ -233,3 +235,56 @@ def test_ship_copies_results_and_writes_meta(tmp_path):
     (out / "summary.json").write_text(json.dumps(summary))
     meta = json.loads((ship(out, tmp_path / "ref" / "c", "cmd", "abc") / "meta.json").read_text())
     assert meta["reward_control"] == "shuffle"
+
+
+def test_background_heldout_measures_every_point_on_a_copy_and_resumes_from_a_left_copy(
+        tmp_path, monkeypatch):
+    """Background checks (an executor in place of the spawned process): the same points as the
+    serial run; the intermediate checkpoints, which training deletes, are read from copies that
+    are gone afterwards; a copy left by an interrupted run is measured on the rerun."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import envace_lite.pipelines.learning_curve as experiment
+
+    measured = []
+    _fake_runs(monkeypatch, measured)
+    monkeypatch.setattr(experiment, "_background_pool", lambda: ThreadPoolExecutor(1))
+    kw = dict(warmstart_dir=tmp_path / "ws", eval_limit=1, before_sft=False, heldout_every=2)
+    serial = run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "serial", **kw)
+    measured.clear()
+    bg = run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "bg",
+                        background_heldout=True, **kw)
+    assert bg["points"] == serial["points"]
+    assert [(p["stage"], p["step"]) for p in bg["points"]] == [
+        ("after_sft", 0), ("step", 2), ("step", 4), ("after_envace", 6)]
+    assert sorted(measured) == [("after_envace", 6), ("after_sft", 0), ("step", 2), ("step", 4)]
+    assert not (tmp_path / "bg" / experiment.SNAPSHOTS).exists()
+    assert bg["background_heldout"] is True and serial["background_heldout"] is False
+    # an interrupted run: the step-4 point never saved, its copy left on disk
+    held = json.loads((tmp_path / "bg" / "heldout.json").read_text())
+    held["points"] = [p for p in held["points"] if p["step"] != 4]
+    (tmp_path / "bg" / "heldout.json").write_text(json.dumps(held))
+    left = tmp_path / "bg" / experiment.SNAPSHOTS / "checkpoint-4"
+    left.mkdir(parents=True)
+    measured.clear()
+    again = run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "bg",
+                           background_heldout=True, **kw)
+    assert measured == [("step", 4)] and again["points"] == serial["points"]
+    assert not (tmp_path / "bg" / experiment.SNAPSHOTS).exists()
+
+
+def test_snapshot_copies_weights_not_optimizer_state_and_keeps_a_whole_copy(tmp_path):
+    from envace_lite.pipelines.learning_curve import _snapshot
+
+    ck = tmp_path / "checkpoint-3"
+    ck.mkdir()
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.pt",
+                 "scheduler.pt", "rng_state.pth", "training_args.bin"):
+        (ck / name).write_text(name)
+    dest = _snapshot(ck, tmp_path / "snaps" / "checkpoint-3")
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors",
+                                                      "tokenizer.json"]
+    (ck / "model.safetensors").write_text("changed")
+    assert _snapshot(ck, dest) == dest  # an existing copy is whole: it is kept as it is
+    assert (dest / "model.safetensors").read_text() == "model.safetensors"
+    assert not (tmp_path / "snaps" / "checkpoint-3.tmp").exists()

@@ -21,3 +21,49 @@ def test_model_flops_of_the_drills_shape_by_hand():
     assert f["head"] == 2 * 256 * 4096 == 2_097_152
     # scores q.k and the weighted sum of v: 2 * 2 * 256 per key per layer, 4 layers
     assert f["attn_per_key"] == 4 * 4 * 256 == 4096
+
+
+def test_without_drops_a_flag_and_its_values():
+    from benchmarks.pipeline import _without
+
+    argv = ["--seeds", "1", "2", "--workers", "2", "--set", "a=1", "--threads", "1"]
+    assert _without(argv, "--seeds") == ["--workers", "2", "--set", "a=1", "--threads", "1"]
+    assert _without(argv, "--set") == ["--seeds", "1", "2", "--workers", "2", "--threads", "1"]
+    assert _without(argv, "--absent") == argv
+
+
+def test_run_seeds_runs_one_process_per_seed_and_records_a_failed_one(tmp_path, monkeypatch):
+    """Each seed is its own ``pipeline.py --seed S --threads T`` with OMP_NUM_THREADS=T; a seed
+    whose process fails is recorded with its code and log, and the batch is then not met."""
+    import argparse
+    import json
+    import subprocess
+
+    from benchmarks.pipeline import run_seeds
+
+    calls = []
+
+    def fake_run(cmd, env, capture_output, text):
+        calls.append((cmd, env["OMP_NUM_THREADS"]))
+        seed = int(cmd[cmd.index("--seed") + 1])
+        if seed == 2:
+            return SimpleNamespace(returncode=1, stdout="", stderr="boom")
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.write_text(json.dumps({"full_seed": {"wall_s": 700.0, "met": True},
+                                   "sft": {"steps": 696, "loss_first": 5.0, "loss_last": 0.6}}))
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    a = argparse.Namespace(seeds=[1, 2, 3], workers=2, threads=0, profile="drills",
+                           out=str(tmp_path / "batch.json"), keep=None)
+    argv = ["--seeds", "1", "2", "3", "--workers", "2", "--steps", "36"]
+    payload = run_seeds(a, argv)
+    assert sorted(int(c[c.index("--seed") + 1]) for c, _ in calls) == [1, 2, 3]
+    assert all(t == "1" and c[c.index("--threads") + 1] == "1" and "--seeds" not in c
+               and c[c.index("--steps") + 1] == "36" for c, t in calls)
+    rows = {r["seed"]: r for r in payload["seeds"]}
+    assert rows[1]["full_seed"] == {"wall_s": 700.0, "met": True}
+    assert rows[1]["sft"] == {"steps": 696, "loss_first": 5.0, "loss_last": 0.6}
+    assert rows[2]["returncode"] == 1 and rows[2]["log_tail"] == "boom"
+    assert payload["met"] is False and payload["target_s"] == 3600
+    assert json.loads((tmp_path / "batch.json").read_text())["threads_per_worker"] == 1

@@ -377,6 +377,9 @@ def experiment_cmd(
     before_sft: bool = typer.Option(True, "--before-sft/--no-before-sft",
                                     help="measure the untrained base first (the same for every "
                                     "run on one base)"),
+    background_heldout: bool = typer.Option(
+        False, "--background-heldout", help="run the held-out checks before the last one in a "
+        "second process (one torch thread) while training goes on"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Warm start → held-out check → role-wise GRPO → held-out checks (``pipelines/learning_curve.py``)."""
@@ -405,7 +408,8 @@ def experiment_cmd(
     folder = make_run_folder(out, "experiment", cfg.profile, seed, cfg.run.runs_root)
     s = run_experiment(cfg, folder, warmstart_dir=warmstart_dir or None,
                        heldout_every=heldout_every, eval_limit=eval_limit,
-                       fidelity_limit=fidelity_limit, before_sft=before_sft)
+                       fidelity_limit=fidelity_limit, before_sft=before_sft,
+                       background_heldout=background_heldout)
     typer.echo(json.dumps({"window": s["window"], "seconds": s["seconds"],
                            "points": s["points"]}, indent=1))
     typer.echo(f"run in {folder}")

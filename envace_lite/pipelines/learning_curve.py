@@ -32,6 +32,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -167,7 +168,8 @@ def _point_order(p: dict[str, Any]) -> tuple[int, int]:
 
 def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path | None = None,
                    heldout_every: int = 0, eval_limit: int | None = None,
-                   fidelity_limit: int = 3, before_sft: bool = True) -> dict[str, Any]:
+                   fidelity_limit: int = 3, before_sft: bool = True,
+                   background_heldout: bool = False) -> dict[str, Any]:
     """One micro learning run: warm start (or reuse one), held-out checks, GRPO in segments.
 
     Writes into ``out``: ``warmstart/`` (unless ``warmstart_dir`` is given), ``train/`` (the
@@ -195,6 +197,14 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
             the same for every run on one base, and under ``model.pretrain`` a config whose
             tokenizer corpus differs from the warm start's would train a base of its own just for
             it); the summary then has no ``before_sft`` point.
+        background_heldout: run the held-out checks of ``after_sft`` and of the intermediate
+            steps in a second process (one torch thread) while training goes on, and only the
+            last one in this process. An intermediate checkpoint is first copied, weights and
+            tokenizer only, to ``out/heldout_snapshots/`` (training keeps only its last
+            checkpoint), and the copy is deleted once its point is saved; a rerun measures a
+            point whose copy is left from an interrupted run. The points are the same checks;
+            greedy decoding on one thread may round differently from the thread count of this
+            process.
 
     Returns:
         The summary dict (also written to ``out/summary.json``).
@@ -218,12 +228,75 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
     out.mkdir(parents=True, exist_ok=True)
     with run_folder_lock(out, "experiment"):
         return _run_experiment(cfg, out, warmstart_dir, heldout_every, eval_limit,
-                               fidelity_limit, before_sft)
+                               fidelity_limit, before_sft, background_heldout)
+
+
+SNAPSHOTS = "heldout_snapshots"
+"""The folder, in an experiment's run folder, of the checkpoint copies that background held-out
+checks read (``run_experiment(background_heldout=True)``)."""
+
+
+def _one_thread() -> None:
+    """The background held-out process's initializer: one torch thread, beside training's."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _background_point(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``heldout_point`` as the background process runs it: looked up there, by name, so that
+    the call pickles whatever wraps ``heldout_point`` in this process."""
+    return heldout_point(*args, **kwargs)
+
+
+def _background_pool() -> Any:
+    """The background held-out checks' executor: one spawned process with one torch thread
+    (spawned, not forked: the parent holds torch's thread pools)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_one_thread)
+
+
+def _snapshot(checkpoint: Path, dest: Path) -> Path:
+    """Copy a training checkpoint's weights, config and tokenizer (not its optimizer, scheduler
+    or RNG state) to ``dest``; the copy is written beside ``dest`` and renamed into place, so a
+    ``dest`` that exists is whole."""
+    import shutil
+
+    if dest.exists():
+        return dest
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(
+        "optimizer.pt", "scheduler.pt", "rng_state*", "training_args.bin"))
+    tmp.rename(dest)
+    return dest
 
 
 def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
-                    eval_limit: int, fidelity_limit: int, before_sft: bool) -> dict[str, Any]:
+                    eval_limit: int, fidelity_limit: int, before_sft: bool,
+                    background_heldout: bool = False) -> dict[str, Any]:
     """``run_experiment``'s work, after its checks and under the folder's lock."""
+    from concurrent.futures import Future
+
+    pending: dict[Future, Path | None] = {}
+    pool: list[Any] = []  # the background process pool, made at the first background point
+    try:
+        return _run_segments(cfg, out, warmstart_dir, heldout_every, eval_limit, fidelity_limit,
+                             before_sft, background_heldout, pending, pool)
+    finally:
+        for p in pool:
+            p.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
+                  eval_limit: int, fidelity_limit: int, before_sft: bool, background: bool,
+                  pending: dict[Any, Path | None], pool: list[Any]) -> dict[str, Any]:
+    """The warm start, held-out points and GRPO segments of ``_run_experiment``."""
+    import shutil
+
     from envace_lite.pipelines.sft import CHECKPOINT, warmstart
     from envace_lite.pipelines.train import checkpoint_step, last_checkpoint, read_metrics, train
 
@@ -253,13 +326,36 @@ def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, he
         points = settle_points(points, total)
         save()
 
-    def point(checkpoint: str, stage: str, step: int) -> None:
-        if measured(stage, step):
-            return
-        points.append(heldout_point(cfg, checkpoint, stage, step, eval_limit=eval_limit,
-                                    fidelity_limit=fidelity_limit, seed=seed))
+    def keep(p: dict[str, Any]) -> None:
+        points.append(p)
         points.sort(key=_point_order)
         save()
+
+    def collect(wait: bool) -> None:
+        """Save the background points that are done (all of them, waiting, when ``wait``)."""
+        for fut in list(pending):
+            if wait or fut.done():
+                snap = pending.pop(fut)
+                keep(fut.result())
+                if snap is not None:
+                    shutil.rmtree(snap, ignore_errors=True)
+
+    def point(checkpoint: str, stage: str, step: int, later: bool = False) -> None:
+        if measured(stage, step):
+            return
+        kwargs = {"eval_limit": eval_limit, "fidelity_limit": fidelity_limit, "seed": seed}
+        if not (background and later):
+            keep(heldout_point(cfg, checkpoint, stage, step, **kwargs))
+            return
+        snap = None
+        if Path(checkpoint).parent == run_dir / "checkpoints":  # training deletes it later
+            snap = _snapshot(Path(checkpoint), out / SNAPSHOTS / Path(checkpoint).name)
+            checkpoint = str(snap)
+        if not pool:
+            pool.append(_background_pool())
+        # a copy: the call is pickled for the other process later, after cfg may have changed
+        pending[pool[0].submit(_background_point, copy.deepcopy(cfg), checkpoint, stage, step,
+                               **kwargs)] = snap
 
     start = time.perf_counter()
     if warmstart_dir is None:
@@ -272,14 +368,18 @@ def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, he
     t = time.perf_counter()
     if before_sft:
         point("base", "before_sft", 0)
-    point(str(ws / CHECKPOINT), "after_sft", 0)
+    point(str(ws / CHECKPOINT), "after_sft", 0, later=total > 0)
     times["heldout_before"] = round(time.perf_counter() - t, 1)
 
     cfg.model.checkpoint = str(ws / CHECKPOINT)
     t = time.perf_counter()
     for end in _segments(total, heldout_every):
         if end < trained:  # a segment this run has passed: nothing to train
-            if not measured("step", end):
+            snap = out / SNAPSHOTS / f"checkpoint-{end}"
+            if not measured("step", end) and snap.exists():  # copied before an interruption
+                point(str(snap), "step", end)
+                shutil.rmtree(snap, ignore_errors=True)
+            elif not measured("step", end):
                 log.warning("no held-out point at step %d: %s was already trained to step %d "
                             "and keeps only its last checkpoint", end, run_dir, trained)
             continue
@@ -288,14 +388,20 @@ def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, he
         train(seg, run_dir)
         stage = "after_envace" if end == total else "step"
         t_eval = time.perf_counter()
-        point(str(run_dir / "checkpoints" / f"checkpoint-{end}"), stage, end)
+        collect(wait=end == total)  # the last point waits for the background ones
+        point(str(run_dir / "checkpoints" / f"checkpoint-{end}"), stage, end,
+              later=end < total)
         times["heldout_during"] = times.get("heldout_during", 0.0) + round(
             time.perf_counter() - t_eval, 1)
+    collect(wait=True)
+    with contextlib.suppress(OSError):  # empty once every copied checkpoint is measured
+        (out / SNAPSHOTS).rmdir()
     times["train_and_checks"] = round(time.perf_counter() - t, 1)
     times["total"] = round(time.perf_counter() - start, 1)
     rewards = [r.get("reward/mean") for r in read_metrics(run_dir)]
     summary = {"profile": cfg.profile, "seed": seed, "mode": cfg.grpo.mode,
-               "reward_control": cfg.grpo.reward_control, "steps": total, "warmstart": str(ws),
+               "reward_control": cfg.grpo.reward_control, "steps": total,
+               "background_heldout": background, "warmstart": str(ws),
                "labels": CURVE_LABELS, "points": points,
                "window": window_means(rewards), "seconds": times}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
