@@ -438,7 +438,7 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
             t.reward_valid = t.reward is not None
 
     monkeypatch.setattr(rewards_mod, "score_trajectories", fake_judge)
-    trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"grpo.reward_control": control})
+    trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"study.reward_control": control})
     flat = [t for ts in trajs.values() for t in ts]
     for t in flat:
         t.reward = -1.0  # stale: the judge must overwrite every one

@@ -291,7 +291,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         return trajs
 
     def _score(self, trajs: list[Trajectory], step: int) -> None:
-        """Judge each trajectory's task reward in place, then apply ``grpo.reward_control``.
+        """Judge each trajectory's task reward in place, then apply ``study.reward_control``.
 
         The checklist judge runs in every mode, so that the paper's Fig. 3 ablations share one
         reward. With ``reward_control="shuffle"`` (a control beyond the paper) the judged rewards
@@ -304,7 +304,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
-        if g.reward_control == "shuffle":
+        if self.cfg.study.reward_control == "shuffle":  # the drills study's control
             changed = shuffle_rewards(trajs, self._step_seed(step))
             log.info("step %d: reward control 'shuffle' moved %d of %d trajectory rewards",
                      step, changed, len(trajs))

@@ -234,7 +234,7 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
 def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
     """Permute the valid trajectory rewards inside each task's group (a null-signal control).
 
-    A control, not the method (``cfg.grpo.reward_control="shuffle"``): each group (the
+    A control, not the method (``cfg.study.reward_control="shuffle"``): each group (the
     trajectories of one ``task.id``) keeps its multiset of rewards, so its baseline and the size
     of its advantages are unchanged, but which trajectory gets which reward is random. Masked
     trajectories (``reward_valid`` False) stay masked and out of the permutation; rewards never

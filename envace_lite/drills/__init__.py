@@ -6,7 +6,7 @@ package (``tests/test_imports.py``). Importing it registers what it adds to thei
 
 - the drill suites ``tau2-retail-drills``, ``tau2-airline-drills`` (generator v1) and
   ``tau2-retail-drills-v2`` (``suite.py``) with ``envs.register_suites``;
-- the micro bases of ``model.pretrain`` that are trained on first use (the copy warm-up's
+- the micro bases of ``study.pretrain`` that are trained on first use (the copy warm-up's
   levers and domain pretraining, ``copy_warmup.py``, ``pretrain.py``) with
   ``models.micro.register_base``; the ``drills`` profile's own copy warm-up is the shipped base
   (``models.micro_base``), which ``copy_warmup.build_base`` rebuilds.
