@@ -397,7 +397,7 @@ class StudyConfig:
     trained policy's failed calls show."""
     reward_control: Literal["none", "shuffle"] = "none"
     """GRPO, a control run: ``shuffle`` permutes the trajectory rewards inside each task's group
-    after judging (``rewards.shuffle_rewards``), so that the advantages keep their size but carry
+    after judging (``drills.reward_control.shuffle_rewards``), so that the advantages keep their size but carry
     no information about what the trajectory did. A held-out change under it is what the update
     does without a learning signal. ``none``: the judged rewards."""
     memory_source: Literal["policy", "calls"] = "policy"
