@@ -302,8 +302,9 @@ class WarmStartConfig:
     memory_share: float = 0.0
     """Beyond the paper: this share of the SFT tasks (seeded draw) also gets an ACT transcript
     whose request carries the rule-built rehearsal memory of its gold calls, as
-    ``study.memory_source="calls"`` with ``rehearsal.memory_placement="ticket"`` writes it at test time
-    (``transcripts.memory_transcript``), so the policy learns to read a memory. 0: none."""
+    ``study.memory_source="calls"`` with ``rehearsal.memory_placement="ticket"`` writes it at
+    test time (``transcripts.memory_transcript``), so the policy learns to read a memory. 0:
+    none."""
     max_length: int = 2048
     """Rows longer than this are skipped and counted, never truncated."""
     epochs: float = 1.0
@@ -346,8 +347,9 @@ class StudyConfig:
     Options that the CPU-scale study of the drills measured on its micro policy: the micro base's
     copy warm-up and domain pretraining, extra warm-start rows, a shuffled-reward control and a
     rule-built rehearsal memory. None of them is part of EnvACE's method; at their defaults a run
-    is the paper's. The keys that name them in the groups of the paper's mechanisms (``model.pretrain``,
-    ``warmstart.world_rows`` ...) are read as these fields (``MOVED_KEYS``).
+    is the paper's. The keys that name them in the groups of the paper's mechanisms
+    (``model.pretrain``, ``warmstart.world_rows`` ...) are read as these fields
+    (``MOVED_KEYS``).
     """
 
     pretrain: str = ""
@@ -397,9 +399,9 @@ class StudyConfig:
     trained policy's failed calls show."""
     reward_control: Literal["none", "shuffle"] = "none"
     """GRPO, a control run: ``shuffle`` permutes the trajectory rewards inside each task's group
-    after judging (``drills.reward_control.shuffle_rewards``), so that the advantages keep their size but carry
-    no information about what the trajectory did. A held-out change under it is what the update
-    does without a learning signal. ``none``: the judged rewards."""
+    after judging (``drills.reward_control.shuffle_rewards``), so that the advantages keep their
+    size but carry no information about what the trajectory did. A held-out change under it is
+    what the update does without a learning signal. ``none``: the judged rewards."""
     memory_source: Literal["policy", "calls"] = "policy"
     """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
     ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,

@@ -17,8 +17,8 @@ Modules: ``spec`` (what a drill is, tiers, split rule, generator versions), ``so
 scripted solver), ``generate`` (``generate``; the v1 tiers) and ``generate_v2`` (the v2 tiers),
 ``slices`` (v2's held-out slices), ``check`` (v2's drill-side reply check), ``suite`` (the
 registered suites and ``DrillEnv``), ``baselines`` (scripted players), ``record`` (what a shipped
-result explains), ``copy_warmup`` and ``pretrain`` (the pretrained micro bases), ``reward_control`` (the
-shuffled-reward control), ``report`` (held-out tables and figures).
+result explains), ``copy_warmup`` and ``pretrain`` (the pretrained micro bases),
+``reward_control`` (the shuffled-reward control), ``report`` (held-out tables and figures).
 """
 from __future__ import annotations
 
