@@ -117,7 +117,8 @@ def policy(cfg: Any, train: bool = False) -> tuple[Any, Any]:
 
     from envace_lite.models.load import load_policy
 
-    key = json.dumps([cfg.to_dict()["model"], train and cfg.model.lora_r > 0], sort_keys=True)
+    d = cfg.to_dict()  # the study group holds the micro base's pretraining (study.pretrain)
+    key = json.dumps([d["model"], d["study"], train and cfg.model.lora_r > 0], sort_keys=True)
     if key not in _POLICIES:
         _POLICIES[key] = load_policy(cfg, train=train)
     model, tok = _POLICIES[key]

@@ -26,7 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envace_lite.profiles import PROFILES
+from envace_lite.progress import get_logger
 from envace_lite.types import Aggregation, Decoding, RehearsalMode, TrainMode
+
+
+log = get_logger(__name__)
 
 
 class ConfigError(KeyError, ValueError):
@@ -64,34 +68,6 @@ class ModelConfig:
     """``micro`` only: every digit is its own pre-token, so an id (``W4284542``) is the same
     token sequence wherever it appears. A measured lever on the drills (``docs/results-log.md``): it
     did not make the policy copy ids (held-out 16.7 % vs 19.2 % without it, no successful call)."""
-    pretrain: str = ""
-    """``micro`` only: "" (random init), ``copy``, ``copy_hops``, or a tau2 domain (``retail``,
-    ``airline``).
-
-    ``copy`` (beyond the paper; ``docs/drills.md``, "The copy warm-up"): before any warm start,
-    the model learns to copy an id or a value from a message into its answer, on synthetic,
-    entity-free samples (random ids in tau2's id formats, none of them in tau2's databases), the
-    skill a pretrained LLM brings. ``copy_hops`` adds second-call samples (a call after a first
-    call and its tool response, copying the user's id or the id the response links to;
-    ``copy_warmup.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds record
-    copies instead (a current call equal to one of up to three reference calls, answered with
-    that reference's result verbatim: REHEARSE's use of its grounding), a measured lever.
-    A tau2 domain: before any warm start, the model is trained as a language model on that domain's database records of
-    TRAIN-split users (their ``get_user_details`` and order/reservation outputs, as tau2 returns
-    them), meant to give it the id copying a pretrained LLM has (``drills.pretrain.pretrained_base``). One
-    base per profile (seed ``pretrain_seed``), shared by every run seed. A measured lever with
-    no gain on the drills (``docs/results-log.md``: 0.0 % held-out after 511 steps)."""
-    pretrain_epochs: float = 12.0
-    """``micro`` only: passes over the pretraining corpus (a tau2 domain)."""
-    pretrain_steps: int = 300
-    """``micro`` only, a ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): optimizer steps of the
-    copy warm-up (64 samples a step; ``copy_warmup.copy_samples``)."""
-    pretrain_seed: int = 0
-    """``micro`` only: the pretrained base's init and shuffle seed (fixed across run seeds)."""
-    pretrain_schedule: Literal["constant", "cosine"] = "constant"
-    """``micro`` only, a ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): the copy warm-up's rate
-    after its 50 warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3
-    to 0 over ``pretrain_steps``; beyond the paper, a measured lever in ``docs/drills.md``)."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"
@@ -225,11 +201,6 @@ class GRPOConfig:
     judge: Literal["rule", "llm"] = "rule"
     """Training reward: ``rule`` (the checklist judged by rules) or ``llm`` (the same checklist
     judged by ``judge.LLMJudge`` at ``judge_url``; the paper's Qwen3-30B-A3B)."""
-    reward_control: Literal["none", "shuffle"] = "none"
-    """A control run, beyond the paper: ``shuffle`` permutes the trajectory rewards inside each
-    task's group after judging (``rewards.shuffle_rewards``), so that the advantages keep their
-    size but carry no information about what the trajectory did. A held-out change under it is
-    what the update does without a learning signal. ``none``: the judged rewards."""
     judge_url: str = ""
     """``llm`` judge: OpenAI-compatible endpoint root, e.g. ``http://127.0.0.1:8001/v1``."""
     judge_model: str = ""
@@ -275,10 +246,6 @@ class RehearsalConfig:
     """Replaces ``prompts.FEEDBACK_SYSTEM`` when not ""."""
     memory_system: str = ""
     """Replaces ``prompts.MEMORY_SYSTEM`` when not "" (``{max_tokens}`` is filled in)."""
-    memory_source: Literal["policy", "calls"] = "policy"
-    """Who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or ``calls`` (beyond the paper:
-    a rule-built memory made of the best attempt's own ACT outputs, ``rehearsal.calls_memory``),
-    for a policy that never trained on a MEMORY prompt."""
     memory_placement: Literal["message", "ticket"] = "message"
     """Where m_x goes: ``message`` (its own user-role message after the request, paper §2.3) or
     ``ticket`` (beyond the paper: appended to the request's own user message, so the committed
@@ -335,24 +302,9 @@ class WarmStartConfig:
     memory_share: float = 0.0
     """Beyond the paper: this share of the SFT tasks (seeded draw) also gets an ACT transcript
     whose request carries the rule-built rehearsal memory of its gold calls, as
-    ``rehearsal.memory_source="calls"`` with ``memory_placement="ticket"`` writes it at test time
-    (``transcripts.memory_transcript``), so the policy learns to read a memory. 0: none."""
-    error_rows: bool = False
-    """Beyond the paper: add one REHEARSE row per SFT task whose first gold call names an id with
-    a leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
-    error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
-    seen an error. The environment is not in the RL loop."""
-    error_kinds: Literal["hash", "all"] = "hash"
-    """Which id errors ``error_rows`` adds: ``hash``, the ``#`` slip only; ``all``, also one row
-    each for a mis-copied id (one or two digits changed) and an absent id (every digit changed),
-    each with the real environment's error (``transcripts.id_error_example``): the errors a
-    trained policy's failed calls show."""
-    world_rows: int = 0
-    """Beyond the paper: the grounded REHEARSE rows of this many RL-split train tasks (a seeded
-    draw, ``world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
-    (``world_rows.world_examples``). They teach REHEARSE to reuse a matching reference result,
-    which is what it is asked to do with the grounding during RL. Loss falls on the observation
-    only, so ACT never trains on those tasks' gold calls. 0: none."""
+    ``study.memory_source="calls"`` with ``rehearsal.memory_placement="ticket"`` writes it at
+    test time (``transcripts.memory_transcript``), so the policy learns to read a memory. 0:
+    none."""
     max_length: int = 2048
     """Rows longer than this are skipped and counted, never truncated."""
     epochs: float = 1.0
@@ -389,6 +341,74 @@ class RunConfig:
 
 
 @dataclass
+class StudyConfig:
+    """The drills study's levers (``docs/drills.md``): beyond the paper, each off by default.
+
+    Options that the CPU-scale study of the drills measured on its micro policy: the micro base's
+    copy warm-up and domain pretraining, extra warm-start rows, a shuffled-reward control and a
+    rule-built rehearsal memory. None of them is part of EnvACE's method; at their defaults a run
+    is the paper's. The keys that name them in the groups of the paper's mechanisms
+    (``model.pretrain``, ``warmstart.world_rows`` ...) are read as these fields
+    (``MOVED_KEYS``).
+    """
+
+    pretrain: str = ""
+    """``micro`` models only: "" (random init), ``copy``, ``copy_hops``, ``copy_records``, or a
+    tau2 domain (``retail``, ``airline``).
+
+    ``copy`` (``docs/drills.md``, "The copy warm-up"): before any warm start, the model learns to
+    copy an id or a value from a message into its answer, on synthetic, entity-free samples
+    (random ids in tau2's id formats, none of them in tau2's databases), the skill a pretrained
+    LLM brings. ``copy_hops`` adds second-call samples (a call after a first call and its tool
+    response, copying the user's id or the id the response links to;
+    ``copy_warmup.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds
+    record copies instead (a current call equal to one of up to three reference calls, answered
+    with that reference's result verbatim: REHEARSE's use of its grounding), a measured lever.
+    A tau2 domain: before any warm start, the model is trained as a language model on that
+    domain's database records of TRAIN-split users (their ``get_user_details`` and
+    order/reservation outputs, as tau2 returns them), meant to give it the id copying a
+    pretrained LLM has (``drills.pretrain.pretrained_base``). One base per profile (seed
+    ``pretrain_seed``), shared by every run seed. A measured lever with no gain on the drills
+    (``docs/results-log.md``: 0.0 % held-out after 511 steps)."""
+    pretrain_epochs: float = 12.0
+    """A tau2-domain ``pretrain``: passes over the pretraining corpus."""
+    pretrain_steps: int = 300
+    """A ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): optimizer steps of the copy warm-up
+    (64 samples a step; ``copy_warmup.copy_samples``)."""
+    pretrain_seed: int = 0
+    """A ``pretrain``: the pretrained base's init and shuffle seed (fixed across run seeds)."""
+    pretrain_schedule: Literal["constant", "cosine"] = "constant"
+    """A ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): the copy warm-up's rate after its 50
+    warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3 to 0 over
+    ``pretrain_steps``; a measured lever in ``docs/drills.md``)."""
+    world_rows: int = 0
+    """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
+    ``world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
+    (``world_rows.world_examples``). They teach REHEARSE to reuse a matching reference result,
+    which is what it is asked to do with the grounding during RL. Loss falls on the observation
+    only, so ACT never trains on those tasks' gold calls. 0: none."""
+    error_rows: bool = False
+    """Warm start: add one REHEARSE row per SFT task whose first gold call names an id with a
+    leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
+    error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
+    seen an error. The environment is not in the RL loop."""
+    error_kinds: Literal["hash", "all"] = "hash"
+    """Which id errors ``error_rows`` adds: ``hash``, the ``#`` slip only; ``all``, also one row
+    each for a mis-copied id (one or two digits changed) and an absent id (every digit changed),
+    each with the real environment's error (``transcripts.id_error_example``): the errors a
+    trained policy's failed calls show."""
+    reward_control: Literal["none", "shuffle"] = "none"
+    """GRPO, a control run: ``shuffle`` permutes the trajectory rewards inside each task's group
+    after judging (``drills.reward_control.shuffle_rewards``), so that the advantages keep their
+    size but carry no information about what the trajectory did. A held-out change under it is
+    what the update does without a learning signal. ``none``: the judged rewards."""
+    memory_source: Literal["policy", "calls"] = "policy"
+    """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
+    ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,
+    ``rehearsal.calls_memory``), for a policy that never trained on a MEMORY prompt."""
+
+
+@dataclass
 class Config:
     """A full configuration: one group per concern."""
 
@@ -408,6 +428,8 @@ class Config:
     """SFT warm start."""
     run: RunConfig = field(default_factory=RunConfig)
     """Run bookkeeping."""
+    study: StudyConfig = field(default_factory=StudyConfig)
+    """The drills study's levers, beyond the paper."""
 
     def finalize(self) -> Config:
         """Compute derived values and check consistency, in one place.
@@ -463,7 +485,10 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
-        """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``)."""
+        """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``). A dict that
+        names a study lever under its ``MOVED_KEYS`` name (a ``config.json`` saved under those
+        keys) sets the ``study`` field (``current_dict``)."""
+        d = current_dict(d, "saved config")
         cfg = cls(profile=d.get("profile", "smoke"))
         flat = {f"{g}.{k}": v for g, sub in d.items() if isinstance(sub, dict) for k, v in sub.items()}
         return apply_overrides(cfg, flat).finalize()
@@ -474,7 +499,6 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "model.num_heads": (1, None, "[]"), "model.intermediate_size": (1, None, "[]"),
     "model.vocab_size": (1, None, "[]"), "model.lora_r": (0, None, "[]"),
     "model.lora_dropout": (0, 1, "[)"), "model.context_window": (1, None, "[]"),
-    "model.pretrain_epochs": (0, None, "[]"), "model.pretrain_steps": (1, None, "[]"),
     "rollout.max_turns": (1, None, "[]"), "rollout.max_prompt_tokens": (1, None, "[]"),
     "rollout.max_new_tokens_act": (1, None, "[]"),
     "rollout.max_new_tokens_rehearse": (1, None, "[]"),
@@ -495,18 +519,81 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "eval.limit": (0, None, "[]"), "eval.repeats": (1, None, "[]"),
     "eval.max_turns": (1, None, "[]"),
     "warmstart.sft_share": (0, 1, "[]"), "warmstart.act_share": (0, 1, "[]"),
-    "warmstart.memory_share": (0, 1, "[]"), "warmstart.world_rows": (0, None, "[]"),
+    "warmstart.memory_share": (0, 1, "[]"),
     "warmstart.max_user_turns": (0, None, "[]"), "warmstart.token_budget": (0, None, "[]"),
     "warmstart.max_length": (1, None, "[]"), "warmstart.epochs": (0, None, "(]"),
     "warmstart.max_steps": (0, None, "[]"), "warmstart.learning_rate": (0, None, "(]"),
     "warmstart.warmup_steps": (0, None, "[]"), "warmstart.batch_size": (1, None, "[]"),
     "warmstart.logging_steps": (1, None, "[]"), "warmstart.eval_first_turns": (0, None, "[]"),
     "run.seed": (0, None, "[]"),
+    "study.pretrain_epochs": (0, None, "[]"), "study.pretrain_steps": (1, None, "[]"),
+    "study.world_rows": (0, None, "[]"),
 }
 """Ranges of the numeric fields: ``key: (low, high, brackets)``, None for unbounded; ``"(]"``
 means low < value <= high. Counts are >= 1 (``eval.limit`` and ``grpo.steps`` take 0: all
 tasks / nothing left to train), K = ``num_generations`` >= 2 (a group of one has no baseline,
 paper §2.2), probabilities lie in [0, 1] and learning rates are > 0."""
+
+
+MOVED_KEYS: dict[str, str] = {
+    "model.pretrain": "study.pretrain", "model.pretrain_epochs": "study.pretrain_epochs",
+    "model.pretrain_steps": "study.pretrain_steps", "model.pretrain_seed": "study.pretrain_seed",
+    "model.pretrain_schedule": "study.pretrain_schedule",
+    "warmstart.world_rows": "study.world_rows", "warmstart.error_rows": "study.error_rows",
+    "warmstart.error_kinds": "study.error_kinds", "grpo.reward_control": "study.reward_control",
+    "rehearsal.memory_source": "study.memory_source",
+}
+"""The drills study's levers under the group of the mechanism each acts on (``model.pretrain``)
+and the ``study`` field each is read as (``study.pretrain``). An override (``--set``, a file of
+overrides, ``get_config``'s dict), a profile or a saved ``config.json`` may give either key;
+``current_keys`` and ``current_dict`` rename, with one logged line, and a config is always
+saved under the ``study`` key."""
+
+STUDY_HOME: dict[str, str] = {new: old.partition(".")[0] for old, new in MOVED_KEYS.items()}
+"""``{"study.field": group}``: the group of the mechanism each study lever acts on (the group of
+its ``MOVED_KEYS`` name). A resumed run may change a lever whose group it may change
+(``pipelines/resume.py``: ``study.memory_source`` is a test-time setting, as ``rehearsal`` is)."""
+
+
+def current_keys(overrides: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``overrides`` (``{"group.field": value}``) with every ``MOVED_KEYS`` key renamed to the
+    ``study`` key it is read as, in order (when both names of a field are given, the later one
+    wins, as for any repeated override). One INFO line names the renamed keys and their new
+    names (``where``, e.g. a file name, prefixes it); nothing is logged when none was renamed.
+    """
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        new = MOVED_KEYS.get(key, key)
+        if new != key:
+            out.pop(new, None)  # the later name wins and takes the later place
+        out[new] = value
+    _log_moved([k for k in overrides if k in MOVED_KEYS], where)
+    return out
+
+
+def _log_moved(keys: list[str], where: str = "") -> None:
+    """One INFO line naming each ``MOVED_KEYS`` key of ``keys`` and the key it is read as."""
+    if keys:
+        log.info("%sread as the drills study's keys: %s", f"{where}: " if where else "",
+                 ", ".join(f"{k} -> {MOVED_KEYS[k]}" for k in dict.fromkeys(keys)))
+
+
+def current_dict(d: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """A copy of a nested config dict (``Config.to_dict``'s shape, e.g. a saved ``config.json``)
+    whose ``MOVED_KEYS`` fields sit in the ``study`` group. A value the ``study`` group already
+    holds wins over the same field's old name. One INFO line names the moved keys
+    (``current_keys``); a dict without them is returned as a copy, unchanged."""
+    out = {g: dict(sub) if isinstance(sub, dict) else sub for g, sub in d.items()}
+    moved: dict[str, Any] = {}
+    for old in MOVED_KEYS:
+        group, _, name = old.partition(".")
+        if isinstance(out.get(group), dict) and name in out[group]:
+            moved[old] = out[group].pop(name)
+    if moved:
+        study = out.get("study") if isinstance(out.get("study"), dict) else {}
+        out["study"] = {**{k.partition(".")[2]: v for k, v in current_keys(moved, where).items()},
+                        **study}
+    return out
 
 
 @functools.cache
@@ -520,7 +607,7 @@ def field_type(key: str) -> Any:
     Raises:
         ConfigError: an unknown group or field, naming the valid ones.
     """
-    group, _, name = key.partition(".")
+    group, _, name = MOVED_KEYS.get(key, key).partition(".")
     groups = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "profile"}
     hints = typing.get_type_hints(Config)
     if not name or group not in groups:
@@ -609,6 +696,9 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     ``true``, ``["a", "b"]``), falling back to the text itself, and is then converted and checked
     by ``check_value``. The CLI and ``scaled/launch.py`` call this before any run dir or model.
 
+    A study lever under its ``MOVED_KEYS`` name (``model.pretrain=copy``) is returned under its
+    ``study`` key (``study.pretrain``), with one logged line.
+
     Returns:
         ``{"group.field": value}`` in the order given.
 
@@ -617,10 +707,15 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             of range (one line naming key, value and expectation).
     """
     out: dict[str, Any] = {}
+    moved = []
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: use group.field=value")
+        if key in MOVED_KEYS:  # a study lever under its old group: read as its study key
+            moved.append(key)
+            key = MOVED_KEYS[key]
+            out.pop(key, None)
         tp = field_type(key)
         try:
             value = json.loads(text)
@@ -629,20 +724,22 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if tp is str and not isinstance(value, str):
             value = text
         out[key] = check_value(key, value)
+    _log_moved(moved, "--set")
     return out
 
 
 def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
     """Set ``"group.field"`` keys on ``cfg`` (in place) and return it.
 
-    Each value is converted to the field's type and range-checked (``check_value``).
+    Each value is converted to the field's type and range-checked (``check_value``); a
+    ``MOVED_KEYS`` key sets its ``study`` field (``current_keys``).
 
     Raises:
         ConfigError: on an unknown group or field, naming the valid ones (papermill only warns
             about misspelled parameters, so every entry point goes through here), or on a value
             of the wrong type or out of range. It is a ``KeyError`` and a ``ValueError``.
     """
-    for key, value in overrides.items():
+    for key, value in current_keys(overrides).items():
         checked = check_value(key, value)
         group, _, name = key.partition(".")
         setattr(getattr(cfg, group), name, checked)
@@ -651,7 +748,8 @@ def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
 
 def load_overrides(path: str | Path) -> dict[str, Any]:
     """Read a flat ``{"group.field": value}`` override file (``.json``, ``.yaml`` or ``.yml``),
-    as ``scaled/overrides/*.yaml`` are. Keys are checked when applied (``apply_overrides``).
+    as ``scaled/overrides/*.yaml`` are. Keys are checked when applied (``apply_overrides``); a
+    ``MOVED_KEYS`` key is returned under its ``study`` key (``current_keys``).
 
     Raises:
         ValueError: the file does not hold one flat mapping.
@@ -666,7 +764,7 @@ def load_overrides(path: str | Path) -> dict[str, Any]:
         data = json.loads(text)
     if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"{path}: expected one flat mapping of 'group.field': value")
-    return data
+    return current_keys(data, str(path))
 
 
 def check_profile(profile: str) -> str:
@@ -683,12 +781,13 @@ def check_profile(profile: str) -> str:
 def build_profile(profile: str) -> Config:
     """A fresh, unfinalized ``Config`` of the named profile: each group is its dataclass built
     from a copy of the profile's values (``profiles.PROFILES``); fields it does not name keep
-    their defaults.
+    their defaults; a study lever under its ``MOVED_KEYS`` name sets its ``study`` field
+    (``current_dict``).
 
     Raises:
         ConfigError: an unknown profile, naming the valid ones.
     """
-    spec = copy.deepcopy(PROFILES[check_profile(profile)])
+    spec = current_dict(copy.deepcopy(PROFILES[check_profile(profile)]), f"profile {profile}")
     groups = typing.get_type_hints(Config)
     return Config(profile=profile, **{g: groups[g](**values) for g, values in spec.items()})
 

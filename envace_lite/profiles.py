@@ -133,15 +133,11 @@ _MICRO: ProfileSpec = {
 # paper's case studies, learnable in CPU minutes. SFT on a few gold transcripts per tier
 # (warmstart.sft_share of ~2,500 train drills), RL on the other train drills, held-out evaluation
 # on test drills (different users, orders and reservations). Micro's model and run groups with
-# changes; its rollout, grpo, eval and warmstart groups are replaced whole.
+# changes; its rollout, grpo, eval and warmstart groups are replaced whole; its study group holds
+# the drills study's levers (config.StudyConfig).
 _DRILLS: ProfileSpec = {
     **_MICRO,
-    # model.pretrain="copy": SFT starts from the copy warm-up, the measured recipe of the shipped
-    # runs (docs/drills.md, "The copy warm-up"), loaded from the shipped base in data/micro_base
-    # (models/micro_base.py), never trained here; "retail" (domain pretraining) is a measured
-    # lever without gain
-    "model": {**_MICRO["model"], "context_window": 1536, "split_digits": True,
-              "pretrain": "copy"},
+    "model": {**_MICRO["model"], "context_window": 1536, "split_digits": True},
     "rollout": {"rendering": "compact", "max_turns": 5, "max_prompt_tokens": 1408,
                 "max_new_tokens_act": 48, "max_new_tokens_rehearse": 320},
     "grpo": {"suites": ["tau2-retail-drills"], "num_generations": 4, "prompts_per_step": 4,
@@ -151,6 +147,11 @@ _DRILLS: ProfileSpec = {
                   "token_budget": 0, "max_length": 1536, "epochs": 6, "learning_rate": 2e-3,
                   "warmup_steps": 10, "batch_size": 4, "logging_steps": 10,
                   "eval_first_turns": 0},
+    # study.pretrain="copy": SFT starts from the copy warm-up, the measured recipe of the shipped
+    # runs (docs/drills.md, "The copy warm-up"), loaded from the shipped base in data/micro_base
+    # (models/micro_base.py), never trained here; "retail" (domain pretraining) is a measured
+    # lever without gain
+    "study": {"pretrain": "copy"},
 }
 
 PROFILES: dict[str, ProfileSpec] = {"smoke": _SMOKE, "micro": _MICRO, "laptop": _LAPTOP,

@@ -149,7 +149,7 @@ def test_profiles_build_fresh_configs_from_their_data():
     # warmstart groups (fields they do not name are the dataclass defaults, not micro's)
     d, m = get_config("drills"), get_config("micro")
     assert (d.model.hidden_size, d.model.vocab_size, d.model.context_window,
-            d.model.split_digits, d.model.pretrain) == (256, 4096, 1536, True, "copy")
+            d.model.split_digits, d.study.pretrain) == (256, 4096, 1536, True, "copy")
     assert (d.warmstart.epochs, d.grpo.steps) == (6, 12)
     assert (m.model.context_window, m.model.split_digits) == (1024, False)
     assert d.run.progress is False and d.grpo.suites == ["tau2-retail-drills"]
@@ -185,8 +185,8 @@ def test_enumerations_have_one_home():
     assert (field_type("grpo.mode"), field_type("rehearsal.mode")) == (TrainMode, RehearsalMode)
     assert field_type("eval.decoding") == field_type("rehearsal.decoding") == Decoding
     assert len(literal_fields()) == 20 and "grpo.judge" in literal_fields()
-    assert {"grpo.reward_control", "model.pretrain_schedule"} <= set(literal_fields())
-    assert {"rehearsal.memory_source", "rehearsal.memory_placement"} <= set(literal_fields())
+    assert {"study.reward_control", "study.pretrain_schedule"} <= set(literal_fields())
+    assert {"study.memory_source", "rehearsal.memory_placement"} <= set(literal_fields())
     # every value of the home is accepted, and a value outside it is refused in both places
     # (overrides at parse time, finalize for a field set by hand), with the same message
     for mode in TRAIN_MODES:
@@ -207,3 +207,145 @@ def test_enumerations_have_one_home():
     assert [rehearsal_mode(v) for v in (None, "none", "parallel")] == ["none", "none", "parallel"]
     with pytest.raises(ValueError, match="rehearsal='both'"):
         rehearsal_mode("both")
+
+
+# ---------------------------------------------------------------------------------------------
+# The drills study's levers: the study group, and their old keys in the paper's groups
+# ---------------------------------------------------------------------------------------------
+OLD_STUDY_KEYS = {"model.pretrain": "copy_hops", "model.pretrain_epochs": 3.0,
+                  "model.pretrain_steps": 40, "model.pretrain_seed": 5,
+                  "model.pretrain_schedule": "cosine", "warmstart.world_rows": 7,
+                  "warmstart.error_rows": True, "warmstart.error_kinds": "all",
+                  "grpo.reward_control": "shuffle", "rehearsal.memory_source": "calls"}
+"""One non-default value for each study lever, under its old key."""
+
+STUDY_FIELDS = ("pretrain", "pretrain_epochs", "pretrain_steps", "pretrain_seed",
+                "pretrain_schedule", "world_rows", "error_rows", "error_kinds", "reward_control",
+                "memory_source")
+
+
+def study_values(cfg: Config) -> tuple:
+    return tuple(getattr(cfg.study, f) for f in STUDY_FIELDS)
+
+
+def moved_log(caplog):
+    """Capture the package logger (it does not propagate to caplog's root handler)."""
+    import logging
+
+    logger = logging.getLogger("envace_lite")
+    logger.addHandler(caplog.handler)
+    return logger
+
+
+def test_old_and_new_study_keys_give_the_same_config(caplog):
+    from envace_lite.config import MOVED_KEYS
+
+    assert set(MOVED_KEYS) == set(OLD_STUDY_KEYS)
+    new_keys = {MOVED_KEYS[k]: v for k, v in OLD_STUDY_KEYS.items()}
+    logger = moved_log(caplog)
+    try:
+        old = get_config("smoke", OLD_STUDY_KEYS)
+    finally:
+        logger.removeHandler(caplog.handler)
+    new = get_config("smoke", new_keys)
+    assert old.to_dict() == new.to_dict()
+    assert study_values(new) == ("copy_hops", 3.0, 40, 5, "cosine", 7, True, "all", "shuffle",
+                                 "calls")
+    # the paper's groups no longer hold the levers: a saved config names them under study only
+    saved = new.to_dict()
+    assert "pretrain" not in saved["model"] and "world_rows" not in saved["warmstart"]
+    assert "reward_control" not in saved["grpo"] and "memory_source" not in saved["rehearsal"]
+    assert saved["study"]["pretrain_steps"] == 40
+    # one log line names every old key with its new one
+    lines = [r.getMessage() for r in caplog.records if "drills study" in r.getMessage()]
+    assert len(lines) == 1
+    assert "model.pretrain -> study.pretrain" in lines[0]
+    assert "rehearsal.memory_source -> study.memory_source" in lines[0]
+
+
+def test_old_study_keys_on_the_command_line_and_in_override_files(tmp_path):
+    from envace_lite.config import load_overrides, parse_overrides
+
+    assert parse_overrides(["model.pretrain=retail", "model.pretrain_steps=600"]) == {
+        "study.pretrain": "retail", "study.pretrain_steps": 600}
+    # the later of two names of one field wins, as for any repeated --set
+    assert parse_overrides(["study.pretrain=copy", "model.pretrain=retail"]) == {
+        "study.pretrain": "retail"}
+    assert parse_overrides(["model.pretrain=retail", "study.pretrain=copy"]) == {
+        "study.pretrain": "copy"}
+    # the old key is range-checked as the new one
+    with pytest.raises(ConfigError, match="study.pretrain_steps=0"):
+        parse_overrides(["model.pretrain_steps=0"])
+    path = tmp_path / "o.yaml"
+    path.write_text("warmstart.world_rows: 4\ngrpo.reward_control: shuffle\n")
+    assert load_overrides(path) == {"study.world_rows": 4, "study.reward_control": "shuffle"}
+
+
+def test_unknown_study_key_is_one_line():
+    with pytest.raises(ConfigError) as err:
+        get_config("smoke", {"study.pretrian": "copy"})
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("unknown config key 'study.pretrian': study has [")
+    assert "'pretrain'" in msg and "'world_rows'" in msg
+    with pytest.raises(ConfigError, match="unknown config key 'model.pretrian'"):
+        get_config("smoke", {"model.pretrian": "copy"})
+
+
+def test_an_old_saved_config_loads_to_the_study_group_and_does_not_drift(tmp_path):
+    from envace_lite.pipelines.resume import check_resume_config, config_drift
+
+    # a config.json saved with the levers in the paper's groups: today's drills config, its
+    # study fields moved back into model/warmstart/grpo/rehearsal under their old names
+    cfg = get_config("drills", {"study.world_rows": 7, "study.reward_control": "shuffle"})
+    old = cfg.to_dict()
+    study = old.pop("study")
+    for key in OLD_STUDY_KEYS:
+        group, _, name = key.partition(".")
+        old[group][name] = study[name]
+    assert old["model"]["pretrain"] == "copy" and old["warmstart"]["world_rows"] == 7
+    loaded = Config.from_dict(old)
+    assert loaded.to_dict() == cfg.to_dict()
+    assert (loaded.study.pretrain, loaded.study.world_rows, loaded.study.reward_control) == (
+        "copy", 7, "shuffle")
+    # a resumed run whose saved config uses the old keys is no drift ...
+    assert config_drift(old, cfg) == []
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    check_resume_config(tmp_path, cfg)  # no ConfigError
+    # ... and a real change of a lever under its old key is one, named by its study key
+    old["model"]["pretrain"] = "retail"
+    assert config_drift(old, cfg) == ["study.pretrain: 'retail' -> 'copy'"]
+    # study.memory_source is a test-time setting: free on resume, as the rehearsal group is
+    old["model"]["pretrain"] = "copy"
+    old["rehearsal"]["memory_source"] = "calls"
+    assert config_drift(old, cfg) == []
+    assert config_drift(old, cfg, free_groups=()) == [
+        "study.memory_source: 'calls' -> 'policy'"]
+    # a config saved from now on names the levers under study only
+    saved = json.loads(cfg.save(tmp_path / "new").read_text())
+    assert saved["study"]["world_rows"] == 7 and "world_rows" not in saved["warmstart"]
+
+
+def test_profiles_resolve_the_study_levers_as_before():
+    # the values main's profiles resolved before the study group existed (get_config(p) on
+    # main, read as (model.pretrain, model.pretrain_epochs, model.pretrain_steps,
+    # model.pretrain_seed, model.pretrain_schedule, warmstart.world_rows, warmstart.error_rows,
+    # warmstart.error_kinds, grpo.reward_control, rehearsal.memory_source))
+    defaults = ("", 12.0, 300, 0, "constant", 0, False, "hash", "none", "policy")
+    before = {"smoke": defaults, "micro": defaults, "laptop": defaults, "colab": defaults,
+              "gpu": defaults, "scaled": defaults,
+              "drills": ("copy", 12.0, 300, 0, "constant", 0, False, "hash", "none", "policy")}
+    assert set(before) == set(PROFILES)
+    for profile, values in before.items():
+        assert study_values(get_config(profile)) == values, profile
+
+
+def test_a_profile_that_names_a_lever_under_its_old_group_still_builds(monkeypatch):
+    from envace_lite import profiles
+    from envace_lite.config import build_profile
+
+    spec = {**PROFILES["micro"], "model": {**PROFILES["micro"]["model"], "pretrain": "retail"},
+            "grpo": {**PROFILES["micro"]["grpo"], "reward_control": "shuffle"}}
+    monkeypatch.setitem(profiles.PROFILES, "micro", spec)
+    cfg = build_profile("micro")
+    assert (cfg.study.pretrain, cfg.study.reward_control) == ("retail", "shuffle")
+    assert cfg.model.hidden_size == 256  # the rest of the group is the profile's

@@ -2,7 +2,8 @@
 
 Each command (in a fenced block, continuation lines joined, or in an inline code span) is parsed
 by the CLI's own click parser: the subcommand and every option must exist. Its ``--profile`` must
-name a profile, and a ``notebooks`` command's ``--only`` and ``-p`` must pass the series' own
+name a profile, each ``--set`` a config field by its current key (never a ``config.MOVED_KEYS``
+name), and a ``notebooks`` command's ``--only`` and ``-p`` must pass the series' own
 pre-start check (``check_series_params``: every ``-p`` name against every selected notebook's
 parameters cell). Placeholders such as ``<folder>`` and ``DIR`` stand for paths the reader
 supplies, so path-valued parameters are checked for existence only when written literally.
@@ -19,7 +20,7 @@ import pytest
 from typer.main import get_command
 
 from envace_lite.cli.main import app, parse_notebook_params
-from envace_lite.config import ConfigError
+from envace_lite.config import MOVED_KEYS, ConfigError, field_type
 from envace_lite.course.series import check_series_params, discover, select
 from envace_lite.profiles import PROFILES
 
@@ -120,6 +121,15 @@ def test_documented_command_parses(where, command):
     if params.get("profile") and "<" not in params["profile"] \
             and not PLACEHOLDER.match(params["profile"]):
         assert params["profile"] in PROFILES, f"{where}: unknown profile {params['profile']!r}"
+    sets = [b for a, b in zip(args, args[1:]) if a == "--set"]
+    sets += [a.removeprefix("--set=") for a in args if a.startswith("--set=")]
+    for item in sets:  # every --set names a field by its current key
+        key = item.partition("=")[0]
+        assert key not in MOVED_KEYS, f"{where}: --set {key}: write {MOVED_KEYS[key]}"
+        try:
+            field_type(key)
+        except ConfigError as e:
+            pytest.fail(f"{where}: `envace-lite {command}`: {e}")
     if name == "notebooks" and params:  # a reference names no options
         only = [s.strip() for s in (params["only"] or "").split(",") if s.strip()] or None
         paths = select(discover(), only)

@@ -67,13 +67,13 @@ def test_id_error_rows_carry_the_real_error():
 def test_build_transcripts_adds_id_error_rows_when_asked():
     cfg, tasks = _drill_tasks()
     tasks = tasks[:8]
-    cfg.warmstart.error_rows = True
+    cfg.study.error_rows = True
     hashed = build_transcripts(tasks, cfg)
-    cfg.warmstart.error_kinds = "all"
+    cfg.study.error_kinds = "all"
     more = build_transcripts(tasks, cfg)
     n = len(hashed.rehearse)
     assert more.rehearse[:n] == hashed.rehearse
     assert more.stats["id_error_rows"] == len(more.rehearse) - n == 2 * len(tasks)
     assert all(r.observation["error"] for r in more.rehearse[n:])
-    with pytest.raises(ConfigError, match="warmstart.error_kinds"):
-        get_config("drills", {"warmstart.error_kinds": "digits"})
+    with pytest.raises(ConfigError, match="study.error_kinds"):
+        get_config("drills", {"study.error_kinds": "digits"})

@@ -180,7 +180,7 @@ def test_upper_bound_passes_over_the_tasks_of_the_warm_starts_world_rows():
     assert [p.task_id for p in pairs][0] == ids[3]
     assert {p.task_id for p in pairs} == set(ids[3:5])
     assert all(p.grounding for p in pairs)  # each pair carries its task's real results
-    cfg = get_config("drills", {"warmstart.world_rows": 400})
+    cfg = get_config("drills", {"study.world_rows": 400})
     seen = frozenset(t.id for t in world_tasks(cfg))
     pairs, _ = collect_pairs([suite], "train", 5, ("gold",), exclude=seen)
     assert {p.task_id for p in pairs} == set([i for i in ids if i not in seen][:5])

@@ -428,6 +428,7 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
     # the judge is stubbed to give task x the rewards 1, 0.25, 0.5 and task y 0.75, (masked), 0;
     # "shuffle" must then permute them inside each task, seeded run.seed * 100_003 + step
     import envace_lite.core.rewards as rewards_mod
+    from envace_lite.drills.reward_control import shuffle_rewards
 
     trajs = six_trajs(tok)
     judged = {("x", 0): 1.0, ("x", 1): 0.25, ("x", 2): 0.5, ("y", 0): 0.75, ("y", 2): 0.0}
@@ -438,7 +439,7 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
             t.reward_valid = t.reward is not None
 
     monkeypatch.setattr(rewards_mod, "score_trajectories", fake_judge)
-    trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"grpo.reward_control": control})
+    trainer, _model, _inputs = tiny_trainer(tmp_path, trajs, **{"study.reward_control": control})
     flat = [t for ts in trajs.values() for t in ts]
     for t in flat:
         t.reward = -1.0  # stale: the judge must overwrite every one
@@ -449,7 +450,7 @@ def test_score_applies_the_reward_control_after_the_judge(tok, tmp_path, monkeyp
         return
     want = [t for ts in six_trajs(tok).values() for t in ts]
     fake_judge(want, None)
-    rewards_mod.shuffle_rewards(want, trainer.cfg.run.seed * 100_003 + 3)
+    shuffle_rewards(want, trainer.cfg.run.seed * 100_003 + 3)
     assert got == {(t.task.id, t.index): t.reward for t in want}
     assert got[("y", 1)] is None
     assert got != {**judged, ("y", 1): None}  # this seed moves 3 of the 5 valid rewards

@@ -169,10 +169,10 @@ def test_warm_start_options_share_the_tokenizer_corpus():
     from envace_lite.models.micro import micro_corpus
     with_options = get_config("drills", {"warmstart.sft_share": 0.08,
                                          "warmstart.memory_share": 1.0,
-                                         "warmstart.error_rows": True})
+                                         "study.error_rows": True})
     plain = micro_corpus(get_config("drills", {"warmstart.sft_share": 0.08}))
     assert micro_corpus(with_options) == plain and len(plain) > 400
-    assert (with_options.warmstart.memory_share, with_options.warmstart.error_rows) == (1.0, True)
+    assert (with_options.warmstart.memory_share, with_options.study.error_rows) == (1.0, True)
 
 
 def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():

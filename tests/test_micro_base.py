@@ -66,8 +66,8 @@ def test_drills_profile_loads_the_shipped_base_without_training(monkeypatch):
 def test_only_the_shipped_recipe_is_served_by_the_shipped_base():
     assert matches(get_config("drills"))
     assert matches(get_config("drills", {"run.seed": 3, "warmstart.epochs": 2}))
-    assert not matches(get_config("drills", {"model.pretrain_steps": 100}))
-    assert not matches(get_config("drills", {"model.pretrain_schedule": "cosine"}))
+    assert not matches(get_config("drills", {"study.pretrain_steps": 100}))
+    assert not matches(get_config("drills", {"study.pretrain_schedule": "cosine"}))
 
 
 def _copy(tmp_path):

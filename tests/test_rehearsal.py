@@ -439,7 +439,7 @@ def test_calls_memory_reaches_the_committed_act_without_a_memory_prompt(tok):
     ep = episode(*BFCL)
     reh = Rehearser(tok)
     act = actor(tok)
-    cfg = cfg_(**{"eval.max_turns": 1, "rehearsal.memory_source": "calls"})
+    cfg = cfg_(**{"eval.max_turns": 1, "study.memory_source": "calls"})
     (row,) = run_committed(act, tok, [ep], cfg, rehearsal="parallel", n=2,
                            rehearsal_generator=ScriptedGenerator(reh, tok))
     assert reh.memories == 0 and not any(role == "memory" for role, _, _ in reh.prompts)

@@ -516,7 +516,7 @@ def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     # and an absent one reads as its default, so a calls-memory rerun into a folder of
     # paper-memory rows is a mismatch
     calls = ev.result_config(get_config("smoke", {"rollout.grounding_drop_p": 0.0,
-                                                     "rehearsal.memory_source": "calls"}),
+                                                     "study.memory_source": "calls"}),
                              "p", "p", "parallel", 2, 0)
     assert "rehearsal.memory_source" not in par and calls["rehearsal.memory_source"] == "calls"
     assert ev.config_differences(par, calls) == ["rehearsal.memory_source: 'policy' -> 'calls'"]

@@ -18,10 +18,11 @@ from envace_lite.core.rewards import (
     judge_turn,
     output_rewards,
     output_valid,
+    reward_control,
     score_trajectories,
-    shuffle_rewards,
 )
 from envace_lite.core.judge import LLMJudge
+from envace_lite.drills.reward_control import shuffle_rewards
 from envace_lite.types import ChecklistItem, Observation, Output, Step, Task, ToolCall, Trajectory
 
 # Turn 0: weather in Paris, said to the user; turn 1: the model should ask, not call.
@@ -399,3 +400,22 @@ def test_shuffle_rewards_of_all_equal_groups_moves_nothing():
     g = _judged("a", [0.5, 0.5, 0.5]) + _judged("b", [0.0, 0.0])
     assert shuffle_rewards(g, seed=0) == 0
     assert [t.reward for t in g] == [0.5, 0.5, 0.5, 0.0, 0.0]
+
+
+def test_reward_controls_come_from_the_drills_registry(monkeypatch):
+    """``study.reward_control`` names a control that a plugin registers: the drills study's
+    ``shuffle`` (loaded by name on first use), or one registered by hand."""
+    import envace_lite.core.rewards as rewards_mod
+
+    assert reward_control("shuffle") is shuffle_rewards
+    with pytest.raises(KeyError, match="unknown study.reward_control 'flip'.*'shuffle'"):
+        reward_control("flip")
+
+    def zero(trajs, seed):
+        for t in trajs:
+            t.reward = 0.0
+        return len(trajs)
+
+    monkeypatch.setitem(rewards_mod._REWARD_CONTROLS, "zero", zero)
+    g = _judged("a", [0.5, 1.0])
+    assert reward_control("zero")(g, 0) == 2 and [t.reward for t in g] == [0.0, 0.0]

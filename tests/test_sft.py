@@ -185,7 +185,7 @@ def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
 
     from envace_lite.core.world_rows import world_examples, world_tasks
 
-    cfg = get_config("smoke", {"warmstart.world_rows": 2, "warmstart.eval_first_turns": 0})
+    cfg = get_config("smoke", {"study.world_rows": 2, "warmstart.eval_first_turns": 0})
     world = world_tasks(cfg)
     expected = world_examples(world, cfg, load_policy(cfg)[1])
     run = warmstart(cfg, tmp_path / "ws", measure=False)
@@ -245,7 +245,7 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
     from envace_lite.core.transcripts import build_transcripts
     cfg, tasks = _drill_tasks(12)
     plain = build_transcripts(tasks, cfg)
-    cfg.warmstart.memory_share, cfg.warmstart.error_rows = 1.0, True
+    cfg.warmstart.memory_share, cfg.study.error_rows = 1.0, True
     more = build_transcripts(tasks, cfg)
     calls_first = sum(1 for a in plain.act if a.outputs[0].lstrip().startswith("<tool_call>"))
     hashed = sum(1 for t in tasks if any(str(v).startswith("#") for v in
@@ -266,7 +266,7 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
 def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
     from envace_lite.core.world_rows import world_examples, world_tasks
     cfg, sft = _drill_tasks()
-    cfg.warmstart.world_rows = 6
+    cfg.study.world_rows = 6
     world = world_tasks(cfg)
     rl_ids = [t.id for t in training_tasks(cfg, "rl")]
     assert len(world) == 6 and {t.id for t in world} <= set(rl_ids)
@@ -284,13 +284,13 @@ def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
             ex.observation["content"])
     firsts = [next(ex for ex in exs if ex.task_id == t.id) for t in world]
     assert all(ex.observation["content"] in ex.messages[-1]["content"] for ex in firsts)
-    look = next(t for t in world_tasks(get_config("drills", {"warmstart.world_rows": 200}))
+    look = next(t for t in world_tasks(get_config("drills", {"study.world_rows": 200}))
                 if t.id.startswith("lookup:"))
     (row,) = world_examples([look], cfg)  # a lookup drill makes one call: its order's record
     assert (row.call["name"], row.call["arguments"]) == (
         "get_order_details", {"order_id": "#" + look.id.split(":")[1]})
     assert f'"order_id": "#{look.id.split(":")[1]}"' in row.observation["content"]
-    cfg.warmstart.world_rows = len(rl_ids) + 1
+    cfg.study.world_rows = len(rl_ids) + 1
     with pytest.raises(ConfigError, match=f"has {len(rl_ids)} tasks; use at most {len(rl_ids)}"):
         world_tasks(cfg)
 

@@ -253,7 +253,7 @@ def drills_report(
     step: int = typer.Option(-1, help="compare every run at this RL step (-1: its last point)"),
 ) -> None:
     """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
-    control runs (``grpo.reward_control=shuffle``), real − control on the same warm starts."""
+    control runs (``study.reward_control=shuffle``), real − control on the same warm starts."""
     from envace_lite.drills.report import figure, report
 
     for name, folders in (("--run", run), ("--control", control)):
@@ -327,7 +327,7 @@ def drills_copy_base(
     from envace_lite.config import get_config, parse_overrides
     from envace_lite.drills.copy_warmup import build_base
 
-    cfg = get_config(profile, {"model.pretrain": "copy", **parse_overrides(set_)})
+    cfg = get_config(profile, {"study.pretrain": "copy", **parse_overrides(set_)})
     command = " ".join(["envace-lite drills copy-base --out", out]
                        + ([f"--profile {profile}"] if profile != "drills" else [])
                        + [f"--set {item}" for item in set_])

@@ -291,23 +291,26 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         return trajs
 
     def _score(self, trajs: list[Trajectory], step: int) -> None:
-        """Judge each trajectory's task reward in place, then apply ``grpo.reward_control``.
+        """Judge each trajectory's task reward in place, then apply ``study.reward_control``.
 
         The checklist judge runs in every mode, so that the paper's Fig. 3 ablations share one
-        reward. With ``reward_control="shuffle"`` (a control beyond the paper) the judged rewards
-        are then permuted inside each task's group (``rewards.shuffle_rewards``, seeded by
-        ``_step_seed(step)``, the rollout's seed), and the count moved is logged.
+        reward. A control of the drills study (``study.reward_control``, beyond the paper; not
+        ``"none"``) then rewrites the judged rewards: the control registered under its name
+        (``rewards.reward_control``; ``shuffle`` permutes them inside each task's group,
+        ``drills/reward_control.py``), seeded by ``_step_seed(step)``, the rollout's seed, and
+        the count moved is logged.
         """
-        from envace_lite.core.rewards import score_trajectories, shuffle_rewards
         from envace_lite.core.judge import LLMJudge
+        from envace_lite.core.rewards import reward_control, score_trajectories
 
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
-        if g.reward_control == "shuffle":
-            changed = shuffle_rewards(trajs, self._step_seed(step))
-            log.info("step %d: reward control 'shuffle' moved %d of %d trajectory rewards",
-                     step, changed, len(trajs))
+        control = self.cfg.study.reward_control
+        if control != "none":  # the drills study's control run
+            changed = reward_control(control)(trajs, self._step_seed(step))
+            log.info("step %d: reward control %r moved %d of %d trajectory rewards",
+                     step, control, changed, len(trajs))
 
     # ---- rows, advantages, weights (the override) -------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 ``corrupt_id`` turns a real id into the ``digit`` or ``absent`` error of ``ID_ERRORS``;
 ``transcripts.id_error_example`` executes such a call for real and makes a REHEARSE row of its
-error observation (``warmstart.error_kinds="all"``; beyond the paper).
+error observation (``study.error_kinds="all"``; beyond the paper).
 """
 from __future__ import annotations
 

@@ -49,6 +49,7 @@ Usage::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from envace_lite.envs.tasks import normalize
@@ -231,42 +232,35 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
             "reward_mean": sum(valid) / len(valid) if valid else None}
 
 
-def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
-    """Permute the valid trajectory rewards inside each task's group (a null-signal control).
+RewardControl = Callable[[list[Trajectory], int], int]
+"""``control(trajs, seed) -> changed``: rewrites judged trajectory rewards in place (a control
+run's rewards, beyond the paper) and returns how many changed."""
 
-    A control, not the method (``cfg.grpo.reward_control="shuffle"``): each group (the
-    trajectories of one ``task.id``) keeps its multiset of rewards, so its baseline and the size
-    of its advantages are unchanged, but which trajectory gets which reward is random. Masked
-    trajectories (``reward_valid`` False) stay masked and out of the permutation; rewards never
-    move between tasks. ``reward_details`` stay with their trajectory and gain
-    ``shuffled_from`` (the judged reward before the permutation). Not a perfect null: the
-    empty-output penalty (``output_rewards``) is applied afterwards to the trajectory's own
-    outputs, so that part of the signal stays.
+_REWARD_CONTROLS: dict[str, RewardControl] = {}
 
-    Args:
-        trajs: judged trajectories (``score_trajectories`` first).
-        seed: the permutation's seed (``random.Random``); the trainer passes one per step.
 
-    Returns:
-        The number of trajectories whose reward changed.
+def register_reward_control(name: str, control: RewardControl) -> None:
+    """Serve ``study.reward_control=name`` with ``control`` (a plugin registers its controls on
+    import; ``plugins.py``: the drills study's ``shuffle``)."""
+    _REWARD_CONTROLS[name] = control
+
+
+def reward_control(name: str) -> RewardControl:
+    """The control registered for ``study.reward_control=name`` (the drills study's lever,
+    applied by the trainer after the judge), loading the plugins first when it is not registered
+    yet.
+
+    Raises:
+        KeyError: a name that no plugin registers.
     """
-    import random
+    if name not in _REWARD_CONTROLS:
+        from envace_lite.plugins import load_plugins
 
-    rng = random.Random(seed)
-    groups: dict[str, list[Trajectory]] = {}
-    for t in trajs:
-        if t.reward_valid:
-            groups.setdefault(t.task.id, []).append(t)
-    changed = 0
-    for tid in sorted(groups):
-        group = groups[tid]
-        rewards = [t.reward for t in group]
-        rng.shuffle(rewards)
-        for t, r in zip(group, rewards):
-            changed += int(r != t.reward)
-            t.reward_details = {**(t.reward_details or {}), "shuffled_from": t.reward}
-            t.reward = r
-    return changed
+        load_plugins()
+    if name not in _REWARD_CONTROLS:
+        raise KeyError(f"unknown study.reward_control {name!r}: choose one of "
+                       f"{sorted(_REWARD_CONTROLS)}")
+    return _REWARD_CONTROLS[name]
 
 
 def output_rewards(traj: Trajectory, penalty: float = -0.1) -> list[float]:
@@ -303,13 +297,15 @@ def output_valid(traj: Trajectory) -> list[bool]:
 
 
 __all__ = [
+    "RewardControl",
     "aggregate_verdicts",
     "checklist_reward",
     "communicated",
     "judge_turn",
     "output_rewards",
     "output_valid",
+    "register_reward_control",
+    "reward_control",
     "score_trajectories",
-    "shuffle_rewards",
     "verifiable_reward",
 ]

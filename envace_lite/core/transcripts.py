@@ -209,7 +209,7 @@ def memory_transcript(act: ActTranscript, task: Task) -> ActTranscript | None:
 
 
 def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> RehearseExample | None:
-    """One REHEARSE row of the paper's Fig. 7 slip (``warmstart.error_rows``; beyond the paper).
+    """One REHEARSE row of the paper's Fig. 7 slip (``study.error_rows``; beyond the paper).
 
     The task's first gold call with every string argument that starts with ``#`` written
     without it, executed in a fresh real environment of the task; its observation (tau2's real
@@ -265,7 +265,7 @@ def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> Rehe
 
 def id_error_example(task: Task, cfg: Config, count_tokens: Any, gold: bool,
                      kind: str) -> RehearseExample | None:
-    """One REHEARSE row for an id error a policy makes (``warmstart.error_kinds="all"``; beyond
+    """One REHEARSE row for an id error a policy makes (``study.error_kinds="all"``; beyond
     the paper): a gold call of the first user turn, drawn with
     ``random.Random(f"{kind}:{suite}:{task id}")`` among those with a string argument that holds a
     digit, with that argument corrupted (``corrupt_id``). The gold calls before it and the
@@ -342,8 +342,8 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         tasks: train-split tasks (``ValueError`` otherwise).
         cfg: reads ``rollout``, ``run.seed`` and the two options beyond the paper,
             ``warmstart.memory_share`` (memory transcripts, ``memory_transcript``) and
-            ``warmstart.error_rows`` (slip rows, ``slip_example``, and with
-            ``warmstart.error_kinds="all"`` the mis-copied and absent id rows,
+            ``study.error_rows`` (slip rows, ``slip_example``, and with
+            ``study.error_kinds="all"`` the mis-copied and absent id rows,
             ``id_error_example``: each runs real calls in a fresh environment). ``stats``
             counts the gold's rows (``act_outputs`` and ``rehearse_examples`` leave the extra
             rows out) and the extras apart (``memory_transcripts``, ``slip_rows``,
@@ -372,11 +372,11 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
             if extra is not None:  # right after its task's own transcript
                 out.act.append(extra)
                 memories += 1
-        if w.error_rows:
+        if cfg.study.error_rows:  # the drills study's lever
             ex = slip_example(task, cfg, count, gold)
             if ex is not None:
                 slips.append(ex)
-            if w.error_kinds == "all":
+            if cfg.study.error_kinds == "all":
                 for kind in ID_ERRORS:
                     ex = id_error_example(task, cfg, count, gold, kind)
                     if ex is not None:

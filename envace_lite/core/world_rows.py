@@ -1,4 +1,4 @@
-"""World rows in the warm start (``warmstart.world_rows``; beyond the paper): grounded REHEARSE
+"""World rows in the warm start (``study.world_rows``; beyond the paper): grounded REHEARSE
 rows of RL-split train tasks join the SFT rows, to teach REHEARSE to reuse a matching reference
 result (``docs/design.md``).
 
@@ -25,17 +25,17 @@ from envace_lite.types import Task
 
 def world_tasks(cfg: Config) -> list[Task]:
     """The RL-split train tasks whose grounded REHEARSE rows join the warm start
-    (``warmstart.world_rows``; beyond the paper): ``training_tasks(cfg, "rl")`` shuffled with
+    (``study.world_rows``; beyond the paper): ``training_tasks(cfg, "rl")`` shuffled with
     ``random.Random(f"world:{run.seed}")``, the first ``world_rows`` of them.
 
     Raises:
         ConfigError: ``world_rows`` exceeds the RL-split task count (the message names both;
             the CLI prints it as one line).
     """
-    n = cfg.warmstart.world_rows
+    n = cfg.study.world_rows
     tasks = training_tasks(cfg, "rl") if n else []
     if n > len(tasks):
-        raise ConfigError(f"warmstart.world_rows={n}: the RL split of {cfg.grpo.suites} has "
+        raise ConfigError(f"study.world_rows={n}: the RL split of {cfg.grpo.suites} has "
                          f"{len(tasks)} tasks; use at most {len(tasks)}")
     random.Random(f"world:{cfg.run.seed}").shuffle(tasks)
     return tasks[:n]
@@ -48,7 +48,7 @@ def world_examples(tasks: list[Task], cfg: Config,
     real result, which the prompt's reference block also holds. No ACT rows, no grounding drop.
     ``tokenizer`` counts prompt tokens for trimming (``approx_tokens`` when None).
 
-    Source: beyond the paper (``warmstart.world_rows``). The grounded REHEARSE prompt is the
+    Source: beyond the paper (``study.world_rows``). The grounded REHEARSE prompt is the
     reference code's, which the paper's equation does not have (``docs/design.md``, decision 5).
     """
     require_train(tasks)

@@ -6,21 +6,24 @@ package (``tests/test_imports.py``). Importing it registers what it adds to thei
 
 - the drill suites ``tau2-retail-drills``, ``tau2-airline-drills`` (generator v1) and
   ``tau2-retail-drills-v2`` (``suite.py``) with ``envs.register_suites``;
-- the micro bases of ``model.pretrain`` that are trained on first use (the copy warm-up's
+- the micro bases of ``study.pretrain`` that are trained on first use (the copy warm-up's
   levers and domain pretraining, ``copy_warmup.py``, ``pretrain.py``) with
   ``models.micro.register_base``; the ``drills`` profile's own copy warm-up is the shipped base
-  (``models.micro_base``), which ``copy_warmup.build_base`` rebuilds.
+  (``models.micro_base``), which ``copy_warmup.build_base`` rebuilds;
+- the shuffled-reward control of ``study.reward_control`` (``reward_control.py``) with
+  ``core.rewards.register_reward_control``.
 
 Modules: ``spec`` (what a drill is, tiers, split rule, generator versions), ``solver`` (the
 scripted solver), ``generate`` (``generate``; the v1 tiers) and ``generate_v2`` (the v2 tiers),
 ``slices`` (v2's held-out slices), ``check`` (v2's drill-side reply check), ``suite`` (the
 registered suites and ``DrillEnv``), ``baselines`` (scripted players), ``record`` (what a shipped
-result explains), ``copy_warmup`` and ``pretrain`` (the pretrained micro bases), ``report``
-(held-out tables and figures).
+result explains), ``copy_warmup`` and ``pretrain`` (the pretrained micro bases),
+``reward_control`` (the shuffled-reward control), ``report`` (held-out tables and figures).
 """
 from __future__ import annotations
 
-from envace_lite.drills import copy_warmup, pretrain, suite
+from envace_lite.core.rewards import register_reward_control
+from envace_lite.drills import copy_warmup, pretrain, reward_control, suite
 from envace_lite.drills.spec import TIERS
 from envace_lite.envs import register_suites
 from envace_lite.models.micro import register_base
@@ -28,3 +31,4 @@ from envace_lite.models.micro import register_base
 register_suites(tuple(suite.DRILL_DOMAINS), suite)
 register_base(copy_warmup.COPY_PRETRAINS, copy_warmup.copy_base)
 register_base(tuple(TIERS), pretrain.pretrained_base, corpus=pretrain.pretrain_corpus)
+register_reward_control("shuffle", reward_control.shuffle_rewards)

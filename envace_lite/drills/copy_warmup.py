@@ -2,10 +2,10 @@
 paper (``docs/drills.md``).
 
 ``train_copy`` trains the micro model on synthetic, entity-free copy samples (``copy_samples``).
-The ``drills`` profile's warm-up (``model.pretrain="copy"``) is shipped, not trained on the way
+The ``drills`` profile's warm-up (``study.pretrain="copy"``) is shipped, not trained on the way
 to a run: ``build_base`` writes it with its manifest (``envace-lite drills copy-base --out
 data/micro_base``), and ``models.micro_base`` loads it. The levers (``"copy_hops"``,
-``"copy_records"``, or ``"copy"`` with another recipe, e.g. ``model.pretrain_schedule=cosine``)
+``"copy_records"``, or ``"copy"`` with another recipe, e.g. ``study.pretrain_schedule=cosine``)
 are trained once and cached by ``copy_base``, which ``drills/__init__.py`` registers with
 ``models.micro.register_base``. Domain pretraining: ``drills/pretrain.py``.
 """
@@ -45,13 +45,13 @@ def optimizer_step(model: Any, opt: Any, sched: Any, loss: torch.Tensor, backwar
 
 
 # ---------------------------------------------------------------------------------------------
-# The copy warm-up (model.pretrain="copy"): entity-free samples that teach in-context copying
+# The copy warm-up (study.pretrain="copy"): entity-free samples that teach in-context copying
 # ---------------------------------------------------------------------------------------------
 _COPY_RECIPE = 1
 """Bump when the copy warm-up recipe changes (part of the cache fingerprint)."""
 
 COPY_PRETRAINS = ("copy", "copy_hops", "copy_records")
-"""The ``model.pretrain`` values that start from a copy warm-up. ``copy`` with the shipped
+"""The ``study.pretrain`` values that start from a copy warm-up. ``copy`` with the shipped
 recipe is the shipped base (``models.micro_base``); ``copy_base`` trains the others."""
 
 _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "jude", "kai",
@@ -95,7 +95,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     No tau2 tool name, entity or policy text appears; ids in ``forbidden`` (e.g. every id in
     tau2's databases) are redrawn.
 
-    With ``hops`` (``model.pretrain="copy_hops"``), about a fifth of the samples (22 % of the
+    With ``hops`` (``study.pretrain="copy_hops"``), about a fifth of the samples (22 % of the
     shipped warm-up's; a draw of 1/3, less the linked ids of the same kind) are second calls, made
     after a first ``lookup`` and its ``<tool_response>``: an ``update`` of the id the user
     named (the write after a read: copy from the message, past a record full of other values), or
@@ -108,7 +108,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
         n: samples (>= 1). seed: ``random.Random(seed)``, so the same seed gives the same samples.
         forbidden: strings no sample may contain as its id.
         hops: add the second-call samples.
-        records: (``model.pretrain="copy_records"``) about a third of the samples become record
+        records: (``study.pretrain="copy_records"``) about a third of the samples become record
             copies (``_record_sample``): one to three reference calls with their results, then a
             current call equal to one of them, answered with that reference's result verbatim in
             ``<execution_result>`` tags. This is REHEARSE's use of its grounding ("if a
@@ -306,8 +306,8 @@ def copy_lr_factor(step: int, steps: int, schedule: str) -> float:
 def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     """The copy warm-up of ``cfg``'s micro model on ``tokenizer``: ``(model, result)``.
 
-    ``model.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant, or cosine to
-    0 under ``model.pretrain_schedule="cosine"``, ``copy_lr_factor``; weight decay
+    ``study.pretrain_steps`` AdamW steps (lr 1e-3, 50 warm-up steps, then constant, or cosine to
+    0 under ``study.pretrain_schedule="cosine"``, ``copy_lr_factor``; weight decay
     0; gradient clip 1.0) of 64 ``copy_samples`` each, loss on the answer tokens only (the
     message's random ids are not predictable, and their loss would drown the copy signal). fp32
     on CPU. ``"copy_hops"`` adds the second-call samples of ``copy_samples(hops=True)``,
@@ -319,12 +319,12 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
         The model in eval mode, and ``{"steps", "batch", "loss_first", "loss_last" (mean of the
         last 20 steps), "exact_copies" (of 100 held-out samples, greedy), "seconds"}``.
     """
-    m = cfg.model
-    hops, records = m.pretrain == "copy_hops", m.pretrain == "copy_records"
+    st = cfg.study
+    hops, records = st.pretrain == "copy_hops", st.pretrain == "copy_records"
     start, batch = time.perf_counter(), 64
     forbidden = tau2_ids()
-    model = micro_model(copy_config(cfg, seed=m.pretrain_seed), tokenizer)
-    samples = copy_samples(batch * m.pretrain_steps + 100, m.pretrain_seed, forbidden, hops,
+    model = micro_model(copy_config(cfg, seed=st.pretrain_seed), tokenizer)
+    samples = copy_samples(batch * st.pretrain_steps + 100, st.pretrain_seed, forbidden, hops,
                            records)
     held_out, samples = samples[:100], samples[100:]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -338,10 +338,10 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: copy_lr_factor(s, m.pretrain_steps, m.pretrain_schedule))
+        opt, lambda s: copy_lr_factor(s, st.pretrain_steps, st.pretrain_schedule))
     model.train()
     losses = []
-    for step in range(m.pretrain_steps):
+    for step in range(st.pretrain_steps):
         rows = [encode(*s) for s in samples[step * batch:(step + 1) * batch]]
         if not records:
             ids, labels = answer_batch(rows, pad)
@@ -350,7 +350,7 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
             loss = chunked_answer_loss(model, rows, pad)
         losses.append(optimizer_step(model, opt, sched, loss, backward=not records))
         if step % 50 == 0:
-            log.info("copy warm-up step %d/%d loss %.3f", step, m.pretrain_steps, losses[-1])
+            log.info("copy warm-up step %d/%d loss %.3f", step, st.pretrain_steps, losses[-1])
     model.eval()
     exact = 0
     with torch.no_grad():
@@ -359,17 +359,17 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
             out = model.generate(torch.tensor([prompt]), do_sample=False,
                                  max_new_tokens=max(48, len(target_ids) + 8))
             exact += tokenizer.decode(out[0, len(prompt):], skip_special_tokens=True) == answer
-    result = {"steps": m.pretrain_steps, "batch": batch, "loss_first": round(losses[0], 2),
+    result = {"steps": st.pretrain_steps, "batch": batch, "loss_first": round(losses[0], 2),
               "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 2),
               "exact_copies": exact, "seconds": round(time.perf_counter() - start)}
     log.info("copy warm-up of the micro base: %d steps of %d, loss %.2f -> %.2f, exact copies "
-             "%d/100 held-out samples, %.0f s", m.pretrain_steps, batch, result["loss_first"],
+             "%d/100 held-out samples, %.0f s", st.pretrain_steps, batch, result["loss_first"],
              result["loss_last"], exact, result["seconds"])
     return model, result
 
 
 def copy_base(cfg: Config, tokenizer: Any) -> Any:
-    """The micro model of ``cfg`` after a copy warm-up lever (``model.pretrain="copy_hops"``,
+    """The micro model of ``cfg`` after a copy warm-up lever (``study.pretrain="copy_hops"``,
     ``"copy_records"``, or ``"copy"`` with a recipe other than the shipped base's;
     ``train_copy``), trained once and cached under ``cache_dir("pretrained")`` by (recipe,
     sizes, steps, seed, vocabulary, ``hops`` or ``records``, and a non-constant schedule when
@@ -381,12 +381,12 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
     """
     from transformers import Qwen3ForCausalLM
 
-    m = cfg.model
-    hops, records = m.pretrain == "copy_hops", m.pretrain == "copy_records"
+    m, st = cfg.model, cfg.study
+    hops, records = st.pretrain == "copy_hops", st.pretrain == "copy_records"
     key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
-           m.pretrain_steps, m.pretrain_seed, len(tokenizer), m.context_window] + (
+           st.pretrain_steps, st.pretrain_seed, len(tokenizer), m.context_window] + (
                ["hops"] if hops else []) + (["records"] if records else []) + (
-               [] if m.pretrain_schedule == "constant" else [m.pretrain_schedule])
+               [] if st.pretrain_schedule == "constant" else [st.pretrain_schedule])
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     name = "micro-copy-hops" if hops else "micro-copy-records" if records else "micro-copy"

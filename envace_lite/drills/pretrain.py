@@ -1,4 +1,4 @@
-"""Domain pretraining of the micro policy (``model.pretrain="retail"`` or ``"airline"``): a
+"""Domain pretraining of the micro policy (``study.pretrain="retail"`` or ``"airline"``): a
 base trained on a tau2 domain's database documents, a study lever beyond the paper
 (``docs/drills.md``).
 
@@ -57,7 +57,7 @@ def pretrain_corpus(domain: str) -> list[str]:
 
 
 def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
-    """The micro model of ``cfg`` after domain pretraining (``model.pretrain``), trained once and
+    """The micro model of ``cfg`` after domain pretraining (``study.pretrain``), trained once and
     cached under ``cache_dir("pretrained")`` by a fingerprint of (recipe, model sizes, epochs,
     seed, vocabulary, corpus).
 
@@ -73,20 +73,20 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
     from transformers import Qwen3ForCausalLM
 
 
-    m = cfg.model
-    docs = pretrain_corpus(m.pretrain)
-    key = [_PRETRAIN_RECIPE, m.pretrain, m.hidden_size, m.num_layers, m.num_heads,
-           m.intermediate_size, m.pretrain_epochs, m.pretrain_seed, len(tokenizer),
+    m, st = cfg.model, cfg.study
+    docs = pretrain_corpus(st.pretrain)
+    key = [_PRETRAIN_RECIPE, st.pretrain, m.hidden_size, m.num_layers, m.num_heads,
+           m.intermediate_size, st.pretrain_epochs, st.pretrain_seed, len(tokenizer),
            m.context_window]
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     for d in docs:
         h.update(d.encode())
-    target = cache_dir("pretrained") / f"micro-{m.pretrain}-{h.hexdigest()[:12]}"
+    target = cache_dir("pretrained") / f"micro-{st.pretrain}-{h.hexdigest()[:12]}"
     if is_cached(target, _PRETRAIN_RECIPE):
         return Qwen3ForCausalLM.from_pretrained(target).eval()
     start = time.perf_counter()
-    seeded = copy_config(cfg, seed=m.pretrain_seed)
+    seeded = copy_config(cfg, seed=st.pretrain_seed)
     model = micro_model(seeded, tokenizer)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     stream: list[int] = []
@@ -94,11 +94,11 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
         stream += tokenizer(d, add_special_tokens=False)["input_ids"] + [eos]
     block, batch = 512, 8
     if len(stream) < block * batch:
-        raise ValueError(f"pretraining corpus of {m.pretrain!r} has {len(stream)} tokens: "
+        raise ValueError(f"pretraining corpus of {st.pretrain!r} has {len(stream)} tokens: "
                          f"need at least {block * batch}")
     blocks = torch.tensor(stream[: len(stream) // block * block]).view(-1, block)
-    gen = torch.Generator().manual_seed(m.pretrain_seed)
-    steps = max(1, int(m.pretrain_epochs * len(blocks) / batch))
+    gen = torch.Generator().manual_seed(st.pretrain_seed)
+    steps = max(1, int(st.pretrain_epochs * len(blocks) / batch))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (
         1 + math.cos(math.pi * min(1.0, s / steps))))
@@ -114,11 +114,11 @@ def pretrained_base(cfg: Config, tokenizer: Any) -> Any:
         loss = model(input_ids=x, labels=x).loss
         losses.append(optimizer_step(model, opt, sched, loss))
         if step % 50 == 0:
-            log.info("pretrain %s step %d/%d loss %.3f", m.pretrain, step, steps, losses[-1])
+            log.info("pretrain %s step %d/%d loss %.3f", st.pretrain, step, steps, losses[-1])
     model.eval()
     write_cache(target, _PRETRAIN_RECIPE, model.save_pretrained)
     log.info("pretrained the micro base on %s: %d docs, %d blocks of %d, %d steps, loss %.2f -> "
-             "%.2f, %.0f s; cached at %s", m.pretrain, len(docs), len(blocks), block, steps,
+             "%.2f, %.0f s; cached at %s", st.pretrain, len(docs), len(blocks), block, steps,
              losses[0], sum(losses[-20:]) / len(losses[-20:]), time.perf_counter() - start, target)
     return model
 

@@ -6,7 +6,7 @@ id; a mode's seeds are compared on the tasks they share). Output (``report``): f
 start, its final point and the paired bootstrap CI of the gain (``stats.paired_bootstrap``), per
 tier; for every mode, the per-task mean over its seeds and its CI; the paired comparison of the
 modes with ``shared`` on the same tasks; and, for shuffled-reward control runs
-(``grpo.reward_control="shuffle"``, beyond the paper), the paired difference real − control on
+(``study.reward_control="shuffle"``, beyond the paper), the paired difference real − control on
 the same warm starts: the share of RL's effect that comes from the reward's information.
 ``figure`` draws the whole effect: held-out success after SFT vs after each mode, seed by seed.
 
@@ -33,7 +33,7 @@ def load_run(folder: str | Path, control: str | None = None) -> dict[str, Any]:
     """``{"folder", "mode", "reward_control", "group", "seed", "points", "seconds"}`` of a finished
     experiment folder.
 
-    ``reward_control`` is the summary's (``grpo.reward_control``; a summary written before the
+    ``reward_control`` is the summary's (``study.reward_control``; a summary written before the
     field counts as ``"none"``), or ``control`` when given: that marks an older control run.
     ``group`` is the mode, with ``+<control>`` for a control run (``"shared+shuffle"``), so that a
     control run is never averaged into its mode's own runs.
@@ -246,6 +246,7 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         ValueError: a folder holds rows of more than one configuration (rehearsal mode, N,
             rehearsing policy, config hash) or a task twice, or shares no task with the baseline.
     """
+    from envace_lite.config import MOVED_KEYS, current_dict
     from envace_lite.pipelines.run_records import MEMORY_DEFAULTS, read_rows
 
     def rows(folder: str | Path) -> list[dict[str, Any]]:
@@ -269,13 +270,17 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
 
     def memory(folder: str | Path, row: dict[str, Any]) -> dict[str, str]:
         # the row's own record first (written since the options exist), then the folder's
-        # config.json (rows written before), then the paper's defaults
+        # config.json (rows written before; memory_source under study, or under rehearsal in
+        # a config saved with the old keys: current_dict), then the paper's defaults
         cfg_path = Path(folder) / "config.json"
-        saved = (json.loads(cfg_path.read_text()).get("rehearsal", {}) if cfg_path.exists()
-                 else {})
+        saved = (current_dict(json.loads(cfg_path.read_text()), str(cfg_path))
+                 if cfg_path.exists() else {})
         rc = row.get("result_config", {})
-        return {k.split(".")[1]: rc.get(k, saved.get(k.split(".")[1], v))
-                for k, v in MEMORY_DEFAULTS.items()}
+        out = {}
+        for k, v in MEMORY_DEFAULTS.items():
+            group, _, name = MOVED_KEYS.get(k, k).partition(".")
+            out[k.split(".")[1]] = rc.get(k, saved.get(group, {}).get(name, v))
+        return out
 
     base = rows(baseline)
     s0 = {key(r): float(r["reward"]) for r in base}

@@ -19,7 +19,7 @@ Model (``micro_model``): ``Qwen3ForCausalLM`` with ``model.hidden_size`` 256, 4 
 (2 key/value heads), MLP 768, tied embeddings: 4.2M parameters at a 4,096 vocabulary. The same
 seed gives the same weights.
 
-Pretrained bases (``model.pretrain``): ``"copy"`` with the shipped recipe is the shipped base in
+Pretrained bases (``study.pretrain``): ``"copy"`` with the shipped recipe is the shipped base in
 ``data/micro_base`` (``micro_base.py``: weights and tokenizer, sha256-checked, never trained on
 the way to a run; the ``drills`` profile starts from it); other values are bases that a plugin
 registers (``register_base``) and trains once.
@@ -124,24 +124,24 @@ def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False,
 
 def micro_corpus(cfg: Config) -> list[str]:
     """The tokenizer corpus: ChatML texts of the SFT half's transcripts (train split only), plus
-    the pretraining documents when ``model.pretrain`` is set.
+    the pretraining documents when ``study.pretrain`` is set.
 
     The grounding draw uses seed 0 whatever ``run.seed`` is, and the warm start's extra rows
-    (``warmstart.memory_share``, ``warmstart.error_rows``) are left out, so every seed and every
+    (``warmstart.memory_share``, ``study.error_rows``) are left out, so every seed and every
     warm-start option of a profile shares one tokenizer (and one copy base).
     """
     from envace_lite.core.task_split import training_tasks
     from envace_lite.core.transcripts import build_transcripts
 
     plain = copy.deepcopy(cfg)
-    plain.warmstart.memory_share, plain.warmstart.error_rows = 0.0, False
+    plain.warmstart.memory_share, plain.study.error_rows = 0.0, False
     texts = transcript_texts(build_transcripts(training_tasks(plain, "sft"), plain, seed=0))
-    if cfg.model.pretrain and cfg.model.pretrain != SHIPPED_PRETRAIN:
+    if cfg.study.pretrain and cfg.study.pretrain != SHIPPED_PRETRAIN:
         # a base's own documents (domain pretraining) shape the vocabulary too; the copy
         # warm-up has none
-        corpus = _registered_base(cfg.model.pretrain)[1]
+        corpus = _registered_base(cfg.study.pretrain)[1]
         if corpus is not None:
-            texts += corpus(cfg.model.pretrain)
+            texts += corpus(cfg.study.pretrain)
     return texts
 
 
@@ -152,7 +152,7 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
     hashes the recipe, the vocabulary size and the corpus text, so a change of suites, split,
     rendering or user-turn cut trains a new one.
 
-    Under ``model.pretrain="copy"`` with the shipped base's recipe (``micro_base.matches``) it
+    Under ``study.pretrain="copy"`` with the shipped base's recipe (``micro_base.matches``) it
     is the shipped base's tokenizer (``micro_base.load_tokenizer``, hashes checked), unless
     ``shipped`` is False: then the one trained on the corpus (what ``envace-lite drills
     copy-base`` ships).
@@ -214,12 +214,12 @@ def micro_model(cfg: Config, tokenizer: Any) -> Any:
 
 
 SHIPPED_PRETRAIN = "copy"
-"""The ``model.pretrain`` value served by the shipped base in ``data/micro_base``
+"""The ``study.pretrain`` value served by the shipped base in ``data/micro_base``
 (``micro_base.py``): the ``drills`` profile's copy warm-up, loaded and never trained."""
 
 def _shipped(cfg: Config) -> bool:
     """True when ``cfg`` starts from the shipped base (``SHIPPED_PRETRAIN`` and its recipe)."""
-    if cfg.model.pretrain != SHIPPED_PRETRAIN:
+    if cfg.study.pretrain != SHIPPED_PRETRAIN:
         return False
     from envace_lite.models.micro_base import matches
 
@@ -234,7 +234,7 @@ _BASES: dict[str, tuple[BaseBuilder, Callable[[str], list[str]] | None]] = {}
 
 def register_base(names: tuple[str, ...], build: BaseBuilder,
                   corpus: Callable[[str], list[str]] | None = None) -> None:
-    """Serve the ``model.pretrain`` values ``names`` with ``build``; ``corpus(name)``, when given,
+    """Serve the ``study.pretrain`` values ``names`` with ``build``; ``corpus(name)``, when given,
     returns documents the micro tokenizer also trains on (a plugin registers its bases on
     import; ``plugins.py``)."""
     for name in names:
@@ -242,29 +242,29 @@ def register_base(names: tuple[str, ...], build: BaseBuilder,
 
 
 def _registered_base(name: str) -> tuple[BaseBuilder, Callable[[str], list[str]] | None]:
-    """``(build, corpus)`` registered for ``model.pretrain`` ``name``, loading the plugins first
+    """``(build, corpus)`` registered for ``study.pretrain`` ``name``, loading the plugins first
     when it is not registered yet.
 
     Raises:
-        KeyError: a ``model.pretrain`` that no plugin registers.
+        KeyError: a ``study.pretrain`` that no plugin registers.
     """
     if name not in _BASES:
         from envace_lite.plugins import load_plugins
 
         load_plugins()
     if name not in _BASES:
-        raise KeyError(f"unknown model.pretrain {name!r}: choose one of {sorted(_BASES)}")
+        raise KeyError(f"unknown study.pretrain {name!r}: choose one of {sorted(_BASES)}")
     return _BASES[name]
 
 
 def micro_policy(cfg: Config) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of the micro profile (``load.load_policy`` calls this): random
-    init; the shipped base under ``model.pretrain="copy"`` with its recipe
+    init; the shipped base under ``study.pretrain="copy"`` with its recipe
     (``micro_base.load_base``: loaded, never trained); or the registered pretrained base named by
-    ``model.pretrain`` (a lever, or ``copy`` with another recipe: trained once and cached).
+    ``study.pretrain`` (a lever, or ``copy`` with another recipe: trained once and cached).
 
     Raises:
-        KeyError: a ``model.pretrain`` that no plugin registers.
+        KeyError: a ``study.pretrain`` that no plugin registers.
         ConfigError: the shipped base is missing or damaged (``micro_base.verify``).
     """
     if _shipped(cfg):
@@ -272,8 +272,8 @@ def micro_policy(cfg: Config) -> tuple[Any, Any]:
 
         return load_base()
     tok = micro_tokenizer(cfg)
-    if cfg.model.pretrain:
-        return _registered_base(cfg.model.pretrain)[0](cfg, tok), tok
+    if cfg.study.pretrain:
+        return _registered_base(cfg.study.pretrain)[0](cfg, tok), tok
     return micro_model(cfg, tok), tok
 
 

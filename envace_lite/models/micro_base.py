@@ -1,6 +1,6 @@
 """The shipped micro base: the copy-warm-up weights and tokenizer, committed with their hashes.
 
-The ``drills`` profile (``model.pretrain="copy"``) starts from a 4.2M-parameter Qwen3 that has
+The ``drills`` profile (``study.pretrain="copy"``) starts from a 4.2M-parameter Qwen3 that has
 been trained to copy ids from its context (the copy warm-up of the drills study). Trained on
 another machine the same recipe gives other last bits, and the warm starts built on it differ by
 tens of points, so the base is shipped like a hub model: ``data/micro_base/`` holds
@@ -62,12 +62,15 @@ def sha256(path: str | Path) -> str:
 RECIPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
                  "context_window", "split_digits", "pretrain_steps", "pretrain_seed",
                  "pretrain_schedule")
-"""The ``cfg.model`` fields a base was built with (its manifest's ``recipe``)."""
+"""The config fields a base was built with (its manifest's ``recipe``): ``cfg.model``'s, and the
+``pretrain_*`` ones of ``cfg.study`` (the drills study's copy warm-up)."""
 
 
 def recipe(cfg: Any) -> dict[str, Any]:
-    """``{field: cfg.model.field}`` for ``RECIPE_FIELDS``."""
-    return {k: getattr(cfg.model, k) for k in RECIPE_FIELDS}
+    """``{field: value}`` for ``RECIPE_FIELDS``, read from ``cfg.study`` for a ``pretrain_*``
+    field and from ``cfg.model`` for the others."""
+    return {k: getattr(cfg.study if k.startswith("pretrain") else cfg.model, k)
+            for k in RECIPE_FIELDS}
 
 
 def write_manifest(folder: str | Path, command: str, result: dict[str, Any],
@@ -118,9 +121,9 @@ def verify(folder: str | Path = BASE_DIR) -> dict[str, Any]:
 
 
 def matches(cfg: Any, folder: str | Path = BASE_DIR) -> bool:
-    """True when ``cfg.model`` asks for the base in ``folder``: every ``RECIPE_FIELDS`` value
+    """True when ``cfg`` asks for the base in ``folder``: every ``RECIPE_FIELDS`` value
     equals its manifest's ``recipe``. Another recipe (a lever such as
-    ``model.pretrain_schedule=cosine``) is a base of its own, trained and cached by the drills
+    ``study.pretrain_schedule=cosine``) is a base of its own, trained and cached by the drills
     study (``drills.copy_warmup.copy_base``).
 
     Raises:

@@ -286,7 +286,7 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
             pairs again with ``<unavailable>`` in place of the grounding, so that the difference
             is what REHEARSE takes from the real results in its prompt. It passes over the
             tasks whose grounded REHEARSE rows the warm start trained on
-            (``cfg.warmstart.world_rows``: ``world_rows.world_tasks``), so that it measures
+            (``cfg.study.world_rows``: ``world_rows.world_tasks``), so that it measures
             the reuse of a reference, not the recall of a trained record.
         out: a folder for ``fidelity.json`` and ``fidelity.png``.
 

@@ -175,7 +175,7 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
     Writes into ``out``: ``warmstart/`` (unless ``warmstart_dir`` is given), ``train/`` (the
     GRPO run dir: ``metrics.jsonl``, checkpoints), ``heldout.json`` (the held-out points, in
     order) and ``summary.json`` (the points, the first/last-window training reward, wall times,
-    and ``grpo.reward_control``, so that a control run is never read as the mode's own run).
+    and ``study.reward_control``, so that a control run is never read as the mode's own run).
     A rerun into the same ``out`` resumes: finished held-out points are kept, training resumes
     from its last checkpoint. A rerun with more ``grpo.steps`` extends the run: the old last
     step's ``after_envace`` point becomes a ``step`` point (it is not measured again), whatever
@@ -194,7 +194,7 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
             0 = all).
         fidelity_limit: test tasks per suite for the fidelity audit's gold pairs (0 = all).
         before_sft: measure the untrained base (``before_sft``). False skips that point (it is
-            the same for every run on one base, and under ``model.pretrain`` a config whose
+            the same for every run on one base, and under ``study.pretrain`` a config whose
             tokenizer corpus differs from the warm start's would train a base of its own just for
             it); the summary then has no ``before_sft`` point.
         background_heldout: run the held-out checks of ``after_sft`` and of the intermediate
@@ -400,7 +400,7 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
     times["total"] = round(time.perf_counter() - start, 1)
     rewards = [r.get("reward/mean") for r in read_metrics(run_dir)]
     summary = {"profile": cfg.profile, "seed": seed, "mode": cfg.grpo.mode,
-               "reward_control": cfg.grpo.reward_control, "steps": total,
+               "reward_control": cfg.study.reward_control, "steps": total,
                "background_heldout": background, "warmstart": str(ws),
                "labels": CURVE_LABELS, "points": points,
                "window": window_means(rewards), "seconds": times}

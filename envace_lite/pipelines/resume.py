@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from envace_lite.config import Config, ConfigError
+from envace_lite.config import STUDY_HOME, Config, ConfigError, current_dict
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -66,13 +66,21 @@ RESUME_FREE = ("grpo.steps", "grpo.save_every", "run.progress", "run.runs_root")
 the runs root. The ``eval`` and ``rehearsal`` groups (test-time settings training never reads)
 may change too; every other field changes what training computes."""
 RESUME_FREE_GROUPS = ("eval", "rehearsal")
+"""Groups a resumed run may change (see ``RESUME_FREE``); a ``study`` lever may change when the
+group of the mechanism it acts on may (``config.STUDY_HOME``: ``study.memory_source`` is a
+rehearsal setting)."""
 
 
 def config_drift(recorded: dict[str, Any], cfg: Config,
                  free: tuple[str, ...] = RESUME_FREE,
                  free_groups: tuple[str, ...] = RESUME_FREE_GROUPS) -> list[str]:
     """``key: recorded -> now`` for each field of a recorded ``config.json`` that differs from
-    ``cfg`` and changes results (outside ``free`` and ``free_groups``); ``profile`` included."""
+    ``cfg`` and changes results (outside ``free`` and ``free_groups``); ``profile`` included.
+
+    A ``config.json`` saved with a study lever under its old group (``model.pretrain``) is
+    compared under its ``study`` key (``config.current_dict``), so that the lever is neither
+    reported as drifted nor missed."""
+    recorded = current_dict(recorded, "recorded config")
     new = cfg.to_dict()
     diffs = []
     if recorded.get("profile") != new["profile"]:
@@ -82,7 +90,10 @@ def config_drift(recorded: dict[str, Any], cfg: Config,
             continue
         old = recorded.get(g) if isinstance(recorded.get(g), dict) else {}
         for k, v in sub.items():
-            if f"{g}.{k}" not in free and old.get(k, v) != v:
+            key = f"{g}.{k}"
+            if STUDY_HOME.get(key) in free_groups:  # a study lever of a free group
+                continue
+            if key not in free and old.get(k, v) != v:
                 diffs.append(f"{g}.{k}: {old.get(k)!r} -> {v!r}")
     return diffs
 

@@ -233,7 +233,7 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     """The warm-start stage: transcripts → (rates before) → SFT → checkpoint → (rates after).
 
     Writes ``config.json``, ``summary.json`` (transcript counts, row/token stats, the
-    ``warmstart.world_rows`` rows' stats when set, SFT loss,
+    ``study.world_rows`` rows' stats when set, SFT loss,
     held-out first-turn call rates before and after) and ``metrics.jsonl`` (SFT loss rows) into
     ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/`` (with
 ``paths.CHECKPOINT_RECORD``: its profile, model and tokenizer). With

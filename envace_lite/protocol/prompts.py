@@ -314,7 +314,7 @@ feedback and avoid its mistakes.]
 
 CALLS_MEMORY_HEADER = "Calls that worked in rehearsal:"
 """The first line of the rule-built memory (``rehearsal.calls_memory``,
-``rehearsal.memory_source="calls"``; beyond the paper)."""
+``study.memory_source="calls"``; beyond the paper)."""
 
 MEMORY_MESSAGE = """[Private rehearsal memory, written by you before acting for real. Its tool \
 results were imagined; trust only real tool results.]

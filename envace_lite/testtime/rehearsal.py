@@ -41,7 +41,7 @@ change raises.
   (``truncated_memories``).
 
 **Options beyond the paper** (docs/rehearsal.md, "A memory closer to the ACT history"):
-``rehearsal.memory_source="calls"`` builds m_x by rule from the best attempt's own ACT outputs
+``study.memory_source="calls"`` builds m_x by rule from the best attempt's own ACT outputs
 (``calls_memory``) instead of the MEMORY prompt; ``rehearsal.memory_placement="ticket"``
 appends m_x to the request's own user message instead of a message of its own
 (``execute.apply_rehearsal``).
@@ -341,7 +341,7 @@ def _fit_context_chars(ep: EpisodeView, attempts: list[Attempt], tokenizer: Any,
 
 
 def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Memory:
-    """m_x built by rule from the attempts' own ACT outputs (``rehearsal.memory_source="calls"``).
+    """m_x built by rule from the attempts' own ACT outputs (``study.memory_source="calls"``).
 
     Beyond the paper (§2.3 has the policy write m_x from a MEMORY prompt): a small policy that
     never trained on the MEMORY prompt writes fragments, so this memory is made of text the
@@ -390,9 +390,9 @@ def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Me
 def _write_memories(episodes: list[EpisodeView], recs: list[TurnRehearsal], gen: Generator,
                     tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
     """Sets ``rec.memory``: one MEMORY generate call for every episode, or the rule-built
-    ``calls_memory`` when ``rehearsal.memory_source`` is ``calls``."""
+    ``calls_memory`` when ``study.memory_source`` is ``calls``."""
     rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
-    if rc.memory_source == "calls":
+    if cfg.study.memory_source == "calls":  # the drills study's lever
         for rec in recs:
             rec.memory, rec.memory_output_tokens = (
                 calls_memory(rec.attempts, tokenizer, rc.memory_max_tokens), 0)
