@@ -42,9 +42,12 @@ def test_run_seeds_runs_one_process_per_seed_and_records_a_failed_one(tmp_path, 
     from benchmarks.pipeline import run_seeds
 
     calls = []
+    real_run = subprocess.run
 
-    def fake_run(cmd, env, capture_output, text):
-        calls.append((cmd, env["OMP_NUM_THREADS"]))
+    def fake_run(cmd, **kw):
+        if "--seed" not in cmd:  # not a seed's process (machine_info asks git for the commit)
+            return real_run(cmd, **kw)
+        calls.append((cmd, kw["env"]["OMP_NUM_THREADS"]))
         seed = int(cmd[cmd.index("--seed") + 1])
         if seed == 2:
             return SimpleNamespace(returncode=1, stdout="", stderr="boom")
