@@ -244,11 +244,12 @@ def test_background_heldout_measures_every_point_on_a_copy_and_resumes_from_a_le
     are gone afterwards; a copy left by an interrupted run is measured on the rerun."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import envace_lite.pipelines.heldout_background as heldout_bg
     import envace_lite.pipelines.learning_curve as experiment
 
     measured = []
     _fake_runs(monkeypatch, measured)
-    monkeypatch.setattr(experiment, "_background_pool", lambda: ThreadPoolExecutor(1))
+    monkeypatch.setattr(heldout_bg, "background_pool", lambda: ThreadPoolExecutor(1))
     kw = dict(warmstart_dir=tmp_path / "ws", eval_limit=1, before_sft=False, heldout_every=2)
     serial = run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "serial", **kw)
     measured.clear()
@@ -274,17 +275,17 @@ def test_background_heldout_measures_every_point_on_a_copy_and_resumes_from_a_le
 
 
 def test_snapshot_copies_weights_not_optimizer_state_and_keeps_a_whole_copy(tmp_path):
-    from envace_lite.pipelines.learning_curve import _snapshot
+    from envace_lite.pipelines.heldout_background import snapshot
 
     ck = tmp_path / "checkpoint-3"
     ck.mkdir()
     for name in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.pt",
                  "scheduler.pt", "rng_state.pth", "training_args.bin"):
         (ck / name).write_text(name)
-    dest = _snapshot(ck, tmp_path / "snaps" / "checkpoint-3")
+    dest = snapshot(ck, tmp_path / "snaps" / "checkpoint-3")
     assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors",
                                                       "tokenizer.json"]
     (ck / "model.safetensors").write_text("changed")
-    assert _snapshot(ck, dest) == dest  # an existing copy is whole: it is kept as it is
+    assert snapshot(ck, dest) == dest  # an existing copy is whole: it is kept as it is
     assert (dest / "model.safetensors").read_text() == "model.safetensors"
     assert not (tmp_path / "snaps" / "checkpoint-3.tmp").exists()

@@ -372,14 +372,12 @@ def experiment_cmd(
                                       "('' = run the warm start here)"),
     heldout_every: int = typer.Option(0, help="held-out check every N GRPO steps (0: at the end)"),
     eval_limit: int | None = typer.Option(None, help="held-out test tasks per suite (0 = all)"),
-    fidelity_limit: int = typer.Option(3, help="test tasks per suite for fidelity gold pairs "
-                                       "(0 = all)"),
+    fidelity_limit: int = typer.Option(3, help="test tasks per suite for gold pairs (0 = all)"),
     before_sft: bool = typer.Option(True, "--before-sft/--no-before-sft",
                                     help="measure the untrained base first (the same for every "
                                     "run on one base)"),
-    background_heldout: bool = typer.Option(
-        False, "--background-heldout", help="run the held-out checks before the last one in a "
-        "second process (one torch thread) while training goes on"),
+    background_heldout: bool = typer.Option(False, help="held-out checks before the last one "
+                                            "in a second process, beside training"),
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """Warm start → held-out check → role-wise GRPO → held-out checks (``pipelines/learning_curve.py``)."""

@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite.config import Config, ConfigError, first_tasks
+from envace_lite.pipelines import heldout_background as heldout_bg
+from envace_lite.pipelines.heldout_background import SNAPSHOTS
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -231,48 +233,10 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
                                fidelity_limit, before_sft, background_heldout)
 
 
-SNAPSHOTS = "heldout_snapshots"
-"""The folder, in an experiment's run folder, of the checkpoint copies that background held-out
-checks read (``run_experiment(background_heldout=True)``)."""
-
-
-def _one_thread() -> None:
-    """The background held-out process's initializer: one torch thread, beside training's."""
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def _background_point(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """``heldout_point`` as the background process runs it: looked up there, by name, so that
     the call pickles whatever wraps ``heldout_point`` in this process."""
     return heldout_point(*args, **kwargs)
-
-
-def _background_pool() -> Any:
-    """The background held-out checks' executor: one spawned process with one torch thread
-    (spawned, not forked: the parent holds torch's thread pools)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_one_thread)
-
-
-def _snapshot(checkpoint: Path, dest: Path) -> Path:
-    """Copy a training checkpoint's weights, config and tokenizer (not its optimizer, scheduler
-    or RNG state) to ``dest``; the copy is written beside ``dest`` and renamed into place, so a
-    ``dest`` that exists is whole."""
-    import shutil
-
-    if dest.exists():
-        return dest
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(
-        "optimizer.pt", "scheduler.pt", "rng_state*", "training_args.bin"))
-    tmp.rename(dest)
-    return dest
 
 
 def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
@@ -349,10 +313,10 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
             return
         snap = None
         if Path(checkpoint).parent == run_dir / "checkpoints":  # training deletes it later
-            snap = _snapshot(Path(checkpoint), out / SNAPSHOTS / Path(checkpoint).name)
+            snap = heldout_bg.snapshot(Path(checkpoint), out / SNAPSHOTS / Path(checkpoint).name)
             checkpoint = str(snap)
         if not pool:
-            pool.append(_background_pool())
+            pool.append(heldout_bg.background_pool())
         # a copy: the call is pickled for the other process later, after cfg may have changed
         pending[pool[0].submit(_background_point, copy.deepcopy(cfg), checkpoint, stage, step,
                                **kwargs)] = snap
