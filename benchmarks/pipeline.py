@@ -496,12 +496,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return payload
 
 
-def _without(argv: list[str], flag: str) -> list[str]:
-    """``argv`` less ``flag`` and the values that follow it."""
+def _without(argv: list[str], *flags: str) -> list[str]:
+    """``argv`` less each of ``flags`` and the values that follow it."""
     out, skip = [], False
     for x in argv:
         if x.startswith("--"):
-            skip = x == flag
+            skip = x in flags
         if not skip:
             out.append(x)
     return out
@@ -524,9 +524,7 @@ def run_seeds(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     threads = a.threads or 1
-    base = _without(_without(_without(_without(argv, "--seeds"), "--workers"), "--out"),
-                    "--keep")
-    base = _without(base, "--threads")
+    base = _without(argv, "--seeds", "--workers", "--out", "--keep", "--threads")
     out_dir = Path(a.out).parent if a.out else Path(__file__).parent / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -30,6 +30,7 @@ def test_without_drops_a_flag_and_its_values():
     assert _without(argv, "--seeds") == ["--workers", "2", "--set", "a=1", "--threads", "1"]
     assert _without(argv, "--set") == ["--seeds", "1", "2", "--workers", "2", "--threads", "1"]
     assert _without(argv, "--absent") == argv
+    assert _without(argv, "--seeds", "--threads") == ["--workers", "2", "--set", "a=1"]
 
 
 def test_run_seeds_runs_one_process_per_seed_and_records_a_failed_one(tmp_path, monkeypatch):
