@@ -269,6 +269,26 @@ def model_folder(model_dir: str) -> dict[str, Any]:
     return {"model.kind": "hub", "model.name": str(model_dir), "model.device": "auto"}
 
 
+def output_caps(cfg: Config, new_tokens: int) -> dict[str, Any]:
+    """The classroom cap on output length, as config overrides (the notebooks' ``new_tokens``).
+
+    REHEARSE, FEEDBACK and MEMORY outputs get at most ``new_tokens`` tokens; ACT keeps at least
+    48 (room for a lookup call) and never more than ``cfg``'s own cap. ``new_tokens`` 0: no
+    override, the profile's caps.
+
+    Returns:
+        ``{"rollout.max_new_tokens_rehearse", "rehearsal.max_new_tokens_feedback",
+        "rehearsal.memory_max_tokens", "rollout.max_new_tokens_act"}`` or ``{}``.
+    """
+    if not new_tokens:
+        return {}
+    return {"rollout.max_new_tokens_rehearse": new_tokens,
+            "rehearsal.max_new_tokens_feedback": new_tokens,
+            "rehearsal.memory_max_tokens": new_tokens,
+            "rollout.max_new_tokens_act": min(cfg.rollout.max_new_tokens_act,
+                                              max(new_tokens, 48))}
+
+
 def what_you_saw(rows: list[tuple[str, str]]) -> None:
     """Show a notebook's closing "What you just saw" table: one row per question, with the
     answer this run computed, never cut (``display.max_colwidth`` off).
