@@ -14,6 +14,12 @@ lever                       variants (A vs B), interleaved A B A B ... ``--repea
 ``decode_loop``             ``HFGenerator.generate`` vs a bare loop of the model's forward on a
                             static cache (greedy, same prompts, same outputs checked equal): the
                             share of a decode step that is HF ``generate``'s own work
+``compact_decode``          the shipped micro base on the REHEARSE prompts of the gold calls of
+                            the first train drills (``--rows`` prompts; greedy, the profile's
+                            REHEARSE budget, grounded as in RL, prefix cache on):
+                            ``HFGenerator(compact=False)`` (``model.generate``: a stopped row
+                            decodes on as padding) vs ``compact=True`` (it leaves the batch);
+                            same outputs checked equal, decode padding of each reported
 ==========================  ======================================================================
 
 Each lever reports the median seconds of A and of B and the median of the pairwise ratios A/B.
@@ -119,6 +125,40 @@ def with_threads(n: int, fn: Any) -> Any:
     return run
 
 
+def compact_lever(rows: int, repeats: int) -> dict[str, Any]:
+    """The ``compact_decode`` lever (see the module docstring)."""
+    from envace_lite import protocol
+    from envace_lite.config import get_config
+    from envace_lite.llm.generation import HFGenerator, chat_ids, token_counter
+    from envace_lite.models.load import load_policy
+    from envace_lite.pipelines.fidelity import collect_pairs
+
+    cfg = get_config("drills")
+    model, tok = load_policy(cfg)
+    suite, rc = cfg.grpo.suites[0], cfg.rollout
+    pairs, _ = collect_pairs([suite], "train", rows, ("gold",), grounded=True)
+    count = token_counter(tok)
+    prompts = [chat_ids(tok, protocol.rehearse_messages(
+        p.tools, p.grounding, p.history, p.call, count, rc.max_prompt_tokens,
+        rc.rendering).messages) for p in pairs[:rows]]
+    gens = {c: HFGenerator(model, tok, batch_size=rows, compact=c) for c in (False, True)}
+
+    def run(compact: bool) -> Any:
+        gens[compact].prefix_cache.clear()  # each call prefills alike
+        return gens[compact].generate(prompts, "rehearse", rc.max_new_tokens_rehearse, 0.0, 1.0)
+
+    same = [c.ids for c in run(False)] == [c.ids for c in run(True)]
+    out = paired(lambda: run(False), lambda: run(True), repeats)
+    calls = repeats + 2  # the check above, the untimed round, the timed ones
+    lens = [len(c.ids) for c in run(True)]
+    return out | {"variants": "A: model.generate (compact=False), B: compact=True",
+                  "same_greedy_ids": same, "suite": suite, "prompts": len(prompts),
+                  "max_new_tokens": rc.max_new_tokens_rehearse, "output_ids": lens,
+                  "decode_padding_per_call": {
+                      "compact=False": gens[False].decode_padding // calls,
+                      "compact=True": gens[True].decode_padding // (calls + 1)}}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -163,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levers["decode_loop"] = paired(hf, lambda: bare_decode(model, prompts, a.new), a.repeats)
     levers["decode_loop"] |= {"variants": "A: HFGenerator.generate, B: bare static-cache loop",
                               "same_greedy_ids": same}
+    levers["compact_decode"] = compact_lever(a.rows, a.repeats)
     payload |= {"setup": {"rows": a.rows, "prompt_tokens_first_row": a.prompt,
                           "new_tokens": a.new, "repeats": a.repeats,
                           "torch_threads_default": torch.get_num_threads()},

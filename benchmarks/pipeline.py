@@ -209,20 +209,15 @@ class Probe:
             def wrapped(gen: Any, prompts: list[list[int]], *args: Any, **kwargs: Any) -> Any:
                 role = kwargs.get("role", args[0] if args else "unknown")
                 with probe.sub_stage(f"{role}_generation"):
-                    t0 = time.perf_counter()
+                    t0, padding_before = time.perf_counter(), gen.decode_padding
                     out = orig(gen, prompts, *args, **kwargs)
                     dt = time.perf_counter() - t0
                     t = probe.tokens[probe.key()]
                     t["calls"] += 1
                     t["prompt_tokens"] += sum(len(p) for p in prompts)
                     t["generated_tokens"] += sum(len(c.ids) for c in out)
-                    # rows of a chunk decode until the chunk's longest output stops
-                    size = gen.batch_size
-                    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-                    for s in range(0, len(order), size):
-                        lens = [len(out[i].ids) + (out[i].finish_reason == "stop")
-                                for i in order[s:s + size]]
-                        t["decode_padding"] += len(lens) * max(lens) - sum(lens)
+                    # rows decoded after they stopped (``model.generate``; none when compact)
+                    t["decode_padding"] += gen.decode_padding - padding_before
                     probe.seconds[probe.key()] += dt
                 probe.add_step(f"{role}_generation", dt)
                 return out

@@ -359,6 +359,41 @@ def test_prefix_cache_outputs_equal_uncached(tok, lively):
         assert torch.allclose(torch.tensor(cx.logprobs), torch.tensor(cy.logprobs), atol=1e-4)
 
 
+def test_stopped_rows_leave_the_batch(tok, lively):
+    """A stop id that the first row emits third and the others never: with the cache on, that
+    row leaves the batch after 3 steps and the others decode on alone; outputs and log-probs
+    equal ``model.generate``'s (prefix_cache=0), which decodes the stopped row as padding for
+    the remaining 10 - 3 = 7 steps (counted in ``decode_padding``). Every prompt has two ids
+    or more (a one-id prompt has no cache to start from and goes to ``model.generate``)."""
+    prompts = [tok.encode("Agent:") + tok.encode(t) for t in PROMPTS]
+    free = [c.ids for c in HFGenerator(lively, tok, prefix_cache=0).generate(
+        prompts, "act", 10, 0.0, 1.0)]
+    stop = free[0][2]
+    assert stop not in free[0][:2] and all(stop not in f for f in free[1:])
+    old = lively.generation_config.eos_token_id
+    lively.generation_config.eos_token_id = list(old) + [stop]
+    try:
+        fast = HFGenerator(lively, tok, return_logprobs=True)
+        slow = HFGenerator(lively, tok, return_logprobs=True, prefix_cache=0)
+        a = fast.generate(prompts, "act", 10, 0.0, 1.0)
+        b = slow.generate(prompts, "act", 10, 0.0, 1.0)
+    finally:
+        lively.generation_config.eos_token_id = old
+    assert [c.ids for c in a] == [free[0][:2], free[1], free[2]] == [c.ids for c in b]
+    assert [c.finish_reason for c in a] == ["stop", "length", "length"]
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    assert fast.decode_padding == 0 and slow.decode_padding == 7
+
+
+def test_top_p_near_zero_samples_the_greedy_ids(tok, lively):
+    """top-p keeps at least the most likely id, so a tiny top-p at temperature 1 is greedy."""
+    prompts = [tok.encode("Agent:") + tok.encode(t) for t in PROMPTS]
+    greedy = HFGenerator(lively, tok).generate(prompts, "act", 6, 0.0, 1.0)
+    nucleus = HFGenerator(lively, tok, seed=5).generate(prompts, "act", 6, 1.0, 1e-9)
+    assert [c.ids for c in nucleus] == [c.ids for c in greedy]
+
+
 def test_prefix_cache_empties_when_weights_change(tok, lively):
     prompt = tok.encode(PROMPTS[1])
     gen = HFGenerator(lively, tok)

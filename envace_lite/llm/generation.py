@@ -294,18 +294,22 @@ class HFGenerator:
             order (tests/test_models.py checks them equal on a tiny fp32 model; in bf16 a near
             tie can flip). It stays off where ``prefix_cache_supported`` says why (logged). Call
             ``prefix_cache.clear()`` after writing weights through ``param.data``.
+        compact: with the prefix cache on, decode in ``_decode`` (a row leaves the batch when it
+            stops) instead of ``model.generate`` (every row decodes until the chunk's longest
+            stops). ``benchmarks/micro_levers.py`` measures the two side by side.
     """
 
     def __init__(self, model: Any, tokenizer: Any, seed: int = 0, batch_size: int = 16,
                  return_logprobs: bool = False, skip_special_tokens: bool = False,
-                 prefix_cache: int = 32768) -> None:
+                 prefix_cache: int = 32768, compact: bool = True) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.seed, self.batch_size = seed, batch_size
+        self.seed, self.batch_size, self.compact = seed, batch_size, compact
         self.return_logprobs, self.skip_special_tokens = return_logprobs, skip_special_tokens
         self.stop_ids = stop_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.calls = 0
+        self.decode_padding = 0  # rows decoded after they stopped (``model.generate`` only)
         self.prefix_cache = None
         self._cache_kwarg = cache_kwarg(model)  # fixed per model: not looked up per call
         if prefix_cache > 0:
@@ -354,10 +358,12 @@ class HFGenerator:
             attention[row, width - len(p):] = 1
         cache = (self._cached_prefill(prompts, device, width, max_new_tokens)
                  if self.prefix_cache else None)
-        # a static cache is written in place; generate must not torch.compile for it
-        cached = ({self._cache_kwarg: cache, "disable_compile": True}
-                  if cache is not None else {})
         sample = temperature > 0
+        stops = set(self.stop_ids)
+        if cache is not None and self.compact:
+            rows, logprobs = self._decode(input_ids.to(device), attention.to(device), cache,
+                                          max_new_tokens, temperature, top_p)
+            return [self._completion(ids, stops, lp) for ids, lp in zip(rows, logprobs)]
         # Every decoding knob is set explicitly: unset ones would be filled from the model's own
         # generation config (Qwen3's hub defaults sample with top_k=20).
         knobs = {"do_sample": sample, "temperature": temperature if sample else 1.0,
@@ -366,27 +372,110 @@ class HFGenerator:
         out = self.model.generate(
             input_ids=input_ids.to(device), attention_mask=attention.to(device),
             max_new_tokens=max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
-            return_dict_in_generate=True, output_logits=self.return_logprobs, **cached, **knobs,
+            return_dict_in_generate=True, output_logits=self.return_logprobs, **knobs,
+            # a static cache is written in place; generate must not torch.compile for it
+            **({self._cache_kwarg: cache, "disable_compile": True} if cache is not None else {}),
         )
         gen = out.sequences[:, width:].tolist()
-        logprobs = None
+        logprobs: list[list[float] | None] = [None] * len(gen)
         if self.return_logprobs:
             # (B, T, V) raw logits → log-softmax at the sampling temperature → the sampled ids
             logits = torch.stack(out.logits, dim=1).float()
             logits = logits / (temperature if sample else 1.0)
             chosen = out.sequences[:, width:width + logits.shape[1]].unsqueeze(-1)
             logprobs = torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1).tolist()
-        stops = set(self.stop_ids)
-        completions = []
-        for row, ids in enumerate(gen):
-            ids, reason, kept = cut_at_stop(ids, stops)
-            completions.append(Completion(
-                ids=ids,
-                text=self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens),
-                logprobs=None if logprobs is None else logprobs[row][:kept],
-                finish_reason=reason,
-            ))
-        return completions
+        # rows stay in HF's batch until the chunk's longest output stops
+        width_out = len(gen[0])
+        self.decode_padding += sum(width_out - min(len(cut_at_stop(ids, stops)[0]) + 1, width_out)
+                                   for ids in gen)
+        return [self._completion(ids, stops, lp) for ids, lp in zip(gen, logprobs)]
+
+    def _completion(self, ids: list[int], stops: set[int], logprobs: list[float] | None
+                    ) -> Completion:
+        """A ``Completion`` of one generated row (cut at its first stop id)."""
+        ids, reason, kept = cut_at_stop(ids, stops)
+        return Completion(
+            ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens),
+            logprobs=None if logprobs is None else logprobs[:kept], finish_reason=reason)
+
+    def _decode(self, input_ids: torch.Tensor, attention: torch.Tensor, cache: Any,
+                max_new_tokens: int, temperature: float, top_p: float
+                ) -> tuple[list[list[int]], list[list[float] | None]]:
+        """Decode a left-padded chunk from a cache that holds all but each prompt's last id.
+
+        The loop ``model.generate`` runs (the last prompt id, then one id per step, each row at
+        its own position ``attention.sum() - 1``), with transformers' own temperature and top-p
+        warpers, except that a row leaves the batch the step it emits a stop id: its keys and
+        values are dropped from the cache, so no later step computes it. In ``model.generate``
+        a finished row is decoded (as padding) until the chunk's longest output stops; the
+        REHEARSE outputs of a drills seed decoded more such rows than real ids
+        (``benchmarks/README.md``).
+
+        Greedy rows equal ``model.generate``'s up to float rounding (the batch shrinks, so a
+        kernel may sum in another order). Samples are reproducible per ``(seed, call)`` but not
+        the same draws as ``model.generate``'s: only live rows draw.
+
+        Args:
+            input_ids: ``(B, W)`` left-padded prompts.
+            attention: ``(B, W)`` 1 on prompt ids, 0 on padding.
+            cache: a ``StaticCache`` of batch B holding positions ``0 .. W - 2``.
+            max_new_tokens: ids per row at most (the stop id included).
+            temperature: 0 is greedy.
+            top_p: nucleus mass (sampling only).
+
+        Returns:
+            ``(ids, logprobs)`` per row: the generated ids (a stop id, if any, last) and their
+            log-probs at the sampling temperature (before top-p), or None when not requested.
+        """
+        from transformers.generation.logits_process import (
+            LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper)
+
+        sample = temperature > 0
+        warpers = LogitsProcessorList()
+        if sample:
+            warpers.append(TemperatureLogitsWarper(temperature))
+            if top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p))
+        batch, width = input_ids.shape
+        stops = torch.tensor(sorted(set(self.stop_ids)), device=input_ids.device)
+        mask = torch.cat([attention, attention.new_ones((batch, max_new_tokens))], dim=1)
+        live = torch.arange(batch, device=input_ids.device)  # original row of each batch row
+        step_ids = input_ids[:, -1:]
+        out: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float] | None] = [[] if self.return_logprobs else None
+                                              for _ in range(batch)]
+        for step in range(max_new_tokens):
+            col = width + step  # columns seen, the new id included
+            kwargs = {self._cache_kwarg: cache}
+            logits = self.model(
+                input_ids=step_ids, attention_mask=mask[:, :col],
+                position_ids=mask[:, :col].sum(1, keepdim=True) - 1,
+                cache_position=torch.tensor([col - 1], device=input_ids.device),
+                use_cache=True, **kwargs).logits[:, -1].float()
+            scores = warpers(None, logits)
+            if sample:
+                chosen = torch.multinomial(torch.softmax(scores, dim=-1), 1).squeeze(1)
+            else:
+                chosen = scores.argmax(-1)
+            if self.return_logprobs:
+                lp = torch.log_softmax(logits / (temperature if sample else 1.0), dim=-1)
+                lp = lp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+            rows = live.tolist()
+            for k, (row, tok) in enumerate(zip(rows, chosen.tolist())):
+                out[row].append(tok)
+                if self.return_logprobs:
+                    logprobs[row].append(lp[k])  # type: ignore[union-attr]
+            going = ~torch.isin(chosen, stops)
+            if not bool(going.any()):
+                break
+            if not bool(going.all()):  # drop the stopped rows from the batch and the cache
+                keep = going.nonzero().squeeze(1)
+                for layer in cache.layers:
+                    layer.keys, layer.values = layer.keys[keep], layer.values[keep]
+                    layer.batch_size = len(keep)
+                live, mask, chosen = live[keep], mask[keep], chosen[keep]
+            step_ids = chosen[:, None]
+        return out, logprobs
 
     def _cached_prefill(self, prompts: list[list[int]], device: torch.device,
                         width: int, max_new_tokens: int) -> Any:
