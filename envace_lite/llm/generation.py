@@ -441,15 +441,15 @@ class HFGenerator:
         mask = torch.cat([attention, attention.new_ones((batch, max_new_tokens))], dim=1)
         live = torch.arange(batch, device=input_ids.device)  # original row of each batch row
         step_ids = input_ids[:, -1:]
+        position = attention.sum(1, keepdim=True) - 1  # each row's last prompt position
+        kwargs = {self._cache_kwarg: cache}
         out: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float] | None] = [[] if self.return_logprobs else None
                                               for _ in range(batch)]
         for step in range(max_new_tokens):
             col = width + step  # columns seen, the new id included
-            kwargs = {self._cache_kwarg: cache}
             logits = self.model(
-                input_ids=step_ids, attention_mask=mask[:, :col],
-                position_ids=mask[:, :col].sum(1, keepdim=True) - 1,
+                input_ids=step_ids, attention_mask=mask[:, :col], position_ids=position + step,
                 cache_position=torch.tensor([col - 1], device=input_ids.device),
                 use_cache=True, **kwargs).logits[:, -1].float()
             scores = warpers(None, logits)
@@ -474,6 +474,7 @@ class HFGenerator:
                     layer.keys, layer.values = layer.keys[keep], layer.values[keep]
                     layer.batch_size = len(keep)
                 live, mask, chosen = live[keep], mask[keep], chosen[keep]
+                position = position[keep]
             step_ids = chosen[:, None]
         return out, logprobs
 
