@@ -20,6 +20,13 @@ lever                       variants (A vs B), interleaved A B A B ... ``--repea
                             ``HFGenerator(compact=False)`` (``model.generate``: a stopped row
                             decodes on as padding) vs ``compact=True`` (it leaves the batch);
                             same outputs checked equal, decode padding of each reported
+``causal_rows``             the shipped micro base, one scripted GRPO batch (``train_step``'s
+                            scripted policy on one BFCL base task: K = 4 trajectories of 3 turns,
+                            ``--filler`` words added to each observation, the profile's KL
+                            reference): the trainer's ``compute_loss(...).backward()`` with
+                            ``causal_rows=False`` (TRL's layout and padding mask per bucket) vs
+                            ``True`` (rows from column 0, no mask, SDPA's causal kernel); the
+                            gradients' relative difference and the encoded tokens of each
 ==========================  ======================================================================
 
 Each lever reports the median seconds of A and of B and the median of the pairwise ratios A/B.
@@ -27,6 +34,7 @@ Each lever reports the median seconds of A and of B and the median of the pairwi
 Usage::
 
     python benchmarks/micro_levers.py --repeats 3
+    python benchmarks/micro_levers.py --only causal_rows --filler 100   # one lever, its own JSON
 """
 from __future__ import annotations
 
@@ -161,12 +169,65 @@ def compact_lever(rows: int, repeats: int) -> dict[str, Any]:
                       "compact=True": gens[True].decode_padding}}
 
 
+def causal_lever(repeats: int, filler: int, k: int = 4, turns: int = 3) -> dict[str, Any]:
+    """The ``causal_rows`` lever (see the module docstring)."""
+    import tempfile
+
+    from benchmarks.common import bench_tasks
+    from benchmarks.train_step import batch_tokens, fwd_bwd, make_trajectories
+    from envace_lite.config import get_config
+    from envace_lite.core.grpo import RoleWiseGRPOTrainer
+    from envace_lite.models.load import load_policy
+    from envace_lite.pipelines.train import grpo_args
+
+    cfg = get_config("drills", {
+        "rollout.max_turns": turns, "grpo.num_generations": k, "grpo.prompts_per_step": 1,
+        "grpo.gradient_accumulation_steps": 1, "rollout.grounding_drop_p": 0.0,
+        "rollout.max_prompt_tokens": 200000, "model.context_window": 200000,
+        "rollout.max_new_tokens_act": 128, "rollout.max_new_tokens_rehearse": 128 + 4 * filler})
+    model, tok = load_policy(cfg, train=True)
+    task = bench_tasks(2)[1]  # BFCL base: its gold call replays as a valid call
+    trajs = make_trajectories(task, tok, cfg, k, turns, filler)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = RoleWiseGRPOTrainer(model, tok, [task], cfg, grpo_args(cfg, tmp),
+                                      rollout_fn=lambda ts, k_, step: trajs)
+        trainer.current_gradient_accumulation_steps = 1
+        batch = trainer._generate_and_score_completions([{"task_index": 0}] * k)
+        grads, encoded = {}, {}
+
+        def run(causal: bool) -> None:
+            trainer.causal_rows = causal
+            _, grads[causal] = fwd_bwd(trainer, model, batch)
+
+        out = paired(lambda: run(False), lambda: run(True), repeats)
+        for causal in (False, True):
+            trainer.causal_rows = causal
+            buckets = trainer.row_buckets(batch["prompt_mask"], batch["completion_mask"])
+            if causal:  # each bucket encodes rows × its longest row
+                total = (batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)).tolist()
+                encoded[causal] = sum(len(b) * max(total[i] for i in b) for b in buckets)
+            else:
+                encoded[causal] = batch_tokens(batch, buckets)["encoded"]
+        rel = float((grads[True] - grads[False]).abs().max() / grads[False].norm())
+    return out | {"variants": "A: causal_rows=False (TRL layout, padding mask), B: causal_rows=True",
+                  "grad_rel_diff": rel, "grad_norm": float(grads[False].norm()),
+                  "tokens": batch_tokens(batch)["tokens"],
+                  "encoded_tokens": {"causal_rows=False": encoded[False],
+                                     "causal_rows=True": encoded[True]},
+                  "k": k, "turns": turns, "filler": filler, "beta": cfg.grpo.beta,
+                  "rows": int((batch["row_role"] >= 0).sum())}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rows", type=int, default=16, help="prompts per generate call")
     p.add_argument("--prompt", type=int, default=600, help="prompt tokens (first row)")
     p.add_argument("--new", type=int, default=64, help="tokens decoded per row")
+    p.add_argument("--filler", type=int, default=100,
+                   help="causal_rows: words added to each scripted observation")
+    p.add_argument("--only", choices=["causal_rows", "compact_decode"], default=None,
+                   help="measure this lever alone")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import torch
@@ -176,6 +237,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {"benchmark": "micro_levers",
                                "command": command_line("micro_levers.py", argv),
                                "machine": machine_info()}
+    levers: dict[str, Any] = {}
+    single = {"causal_rows": lambda: causal_lever(a.repeats, a.filler),
+              "compact_decode": lambda: compact_lever(a.rows, a.repeats)}
+    if a.only:
+        levers[a.only] = single[a.only]()
+        return _write(a, payload, levers, f"micro_levers_{a.only}.json")
     model, tok = _model()
     never = len(tok) - 1
     prompts = _prompts(a.rows, a.prompt)
@@ -185,7 +252,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def hf() -> Any:
         return gen.generate(prompts, "rehearse", a.new, 0.0, 1.0)
 
-    levers: dict[str, Any] = {}
     levers["threads_generation"] = paired(with_threads(1, hf), with_threads(2, hf), a.repeats)
     levers["threads_generation"]["variants"] = "A: 1 thread, B: 2 threads"
 
@@ -205,12 +271,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levers["decode_loop"] = paired(hf, lambda: bare_decode(model, prompts, a.new), a.repeats)
     levers["decode_loop"] |= {"variants": "A: HFGenerator.generate, B: bare static-cache loop",
                               "same_greedy_ids": same}
-    levers["compact_decode"] = compact_lever(a.rows, a.repeats)
+    for name, fn in single.items():
+        levers[name] = fn()
+    return _write(a, payload, levers, "micro_levers.json")
+
+
+def _write(a: Any, payload: dict[str, Any], levers: dict[str, Any], name: str) -> dict[str, Any]:
+    """Add the setup and the levers to ``payload``, write it (``--out`` or results/``name``)."""
+    import torch
+
     payload |= {"setup": {"rows": a.rows, "prompt_tokens_first_row": a.prompt,
-                          "new_tokens": a.new, "repeats": a.repeats,
+                          "new_tokens": a.new, "repeats": a.repeats, "filler": a.filler,
                           "torch_threads_default": torch.get_num_threads()},
                 "levers": levers}
-    path = write_json(a.out or Path(__file__).parent / "results" / "micro_levers.json", payload)
+    path = write_json(a.out or Path(__file__).parent / "results" / name, payload)
     print(path, {k: v["ratio_a_over_b"] for k, v in levers.items()})
     return payload
 

@@ -52,7 +52,7 @@ def one_point(profile: str, k: int, turns: int, filler: int, quick: bool = False
                  "grpo.prompts_per_step": 1, "rollout.grounding_drop_p": 0.0,
                  "rollout.max_prompt_tokens": 200000, "model.context_window": 200000,
                  "rollout.max_new_tokens_act": 128,  # the scripted texts are cut to the budget
-                 "rollout.max_new_tokens_rehearse": 128 + 2 * filler,
+                 "rollout.max_new_tokens_rehearse": 128 + 4 * filler,  # micro: 3 ids a word
                  **(common.QUICK if quick else {})}
     common.policy(common.bench_config(profile, overrides), train=True)
     loaded = common._vmhwm_mib()

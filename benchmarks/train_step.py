@@ -46,9 +46,9 @@ OBSERVATION = '{{"status": "ok", "result": {{"files": ["report_{j}.txt", "notes.
 def scripted_policy(tokenizer: Any, call: dict[str, Any], k: int, filler: int = 0) -> Any:
     """A ``ScriptedGenerator``: ACT always makes ``call``; REHEARSE answers ``OBSERVATION``.
 
-    ``filler`` > 0 appends a ``"log"`` field of that many words to each observation (about one
-    token per word), so the ACT context grows by about ``filler`` tokens per turn
-    (``scaling.py``'s context axis).
+    ``filler`` > 0 appends a ``"log"`` field of that many words to each observation (one token
+    per word under Qwen's tokenizer, three under the micro one), so the ACT context grows by
+    ``filler`` to ``3 × filler`` tokens per turn (``scaling.py``'s context axis).
 
     The engine sends the prompts of a turn in trajectory order, one REHEARSE prompt per
     trajectory here, so the j-th REHEARSE prompt of a call belongs to trajectory ``j mod k``.
@@ -74,15 +74,18 @@ def scripted_policy(tokenizer: Any, call: dict[str, Any], k: int, filler: int = 
     return ScriptedGenerator(text, tokenizer)
 
 
-def make_trajectories(task: Any, tokenizer: Any, cfg: Any, k: int, turns: int) -> list[Any]:
+def make_trajectories(task: Any, tokenizer: Any, cfg: Any, k: int, turns: int,
+                      filler: int = 0) -> list[Any]:
     """``k`` scripted trajectories of exactly ``turns`` turns, scored with rewards 0, 1/k, ....
 
     Distinct rewards give non-zero advantages, so the gradient is not trivially zero.
+    ``filler``: words added to each observation (``scripted_policy``).
     """
     from envace_lite.core.rollout import rollout
 
     gold = next(c for turn in task.gold_calls for c in turn)
-    gen = scripted_policy(tokenizer, {"name": gold["name"], "arguments": gold["arguments"]}, k)
+    gen = scripted_policy(tokenizer, {"name": gold["name"], "arguments": gold["arguments"]}, k,
+                          filler)
     trajs = rollout([task], gen, tokenizer, cfg, k=k)
     for i, t in enumerate(trajs):
         if t.turns != turns:

@@ -34,6 +34,10 @@ def test_length_buckets_by_hand():
     encoded = sum(len(b) * (max(p[i] for i in b) + max(c[i] for i in b)) for b in buckets)
     assert encoded < 5 * (100 + 90)  # one padded batch: 5 rows × (max prompt + max completion)
     assert length_buckets([3, 3], [2, 2], slack=0.0) == [[0, 1]]  # equal rows: one bucket
+    # contiguous (the causal_rows layout): width = the longest row. Order 4, 0, 1, 2, 3 (by
+    # length, then prompt); (30,2) alone: 2 × 100 = 200 > 1.25 × 132; then the four rows of
+    # length 100–104 share one bucket: 4 × 104 = 416 ≤ 1.25 × 404, ACT and REHEARSE together
+    assert length_buckets(p, c, slack=0.25, contiguous=True) == [[4], [0, 1, 2, 3]]
 
 
 def test_batch_tokens_by_hand():

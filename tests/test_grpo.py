@@ -21,9 +21,9 @@ from envace_lite.core.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import get_config
-from envace_lite.core.grpo import RoleWiseGRPOTrainer
+from envace_lite.core.grpo import RoleWiseGRPOTrainer, causal_layout
 from envace_lite.models.load import load_policy, qwen3_tokenizer
-from envace_lite.core.rows import build_rows, collate_rows, output_lengths
+from envace_lite.core.rows import build_rows, collate_rows, length_buckets, output_lengths
 from envace_lite.pipelines.train import grpo_args
 from envace_lite.types import Output, Task, Trajectory
 
@@ -290,11 +290,14 @@ def _nudge(model, seed):
 
 @pytest.mark.parametrize("mode", ["shared", "per_role"])
 @pytest.mark.parametrize("aggregation", ["output_mean", "token_mean"])
-def test_trainer_loss_and_gradient_equal_rolewise_grpo_loss(tok, tmp_path, mode, aggregation):
+@pytest.mark.parametrize("causal_rows", [True, False])
+def test_trainer_loss_and_gradient_equal_rolewise_grpo_loss(tok, tmp_path, mode, aggregation,
+                                                            causal_rows):
     trajs = six_trajs(tok)
     beta = 0.04
     trainer, model, inputs = tiny_trainer(tmp_path, trajs, mode=mode, aggregation=aggregation,
                                           ga=2, beta=beta)
+    trainer.causal_rows = causal_rows  # both bucket layouts (and the KL reference forward)
     _nudge(model, 1)
     models = {A: model, R: model}
     if mode == "per_role":
@@ -326,6 +329,39 @@ def test_trainer_loss_and_gradient_equal_rolewise_grpo_loss(tok, tmp_path, mode,
     assert want.norm() > 0 and abs(float(want_loss)) > 0
     assert abs(got_loss - float(want_loss)) < 1e-6
     assert float((got - want).abs().max() / want.norm()) < 1e-5
+
+
+def test_causal_layout_by_hand():
+    # TRL's layout, P = 3, C = 3: row 0 prompt [5, 6] completion [7]; row 1 prompt [1, 2, 3]
+    # completion [4, 8, 9]; 0 is padding
+    ids = torch.tensor([[0, 5, 6, 7, 0, 0], [1, 2, 3, 4, 8, 9]])
+    got, labels = causal_layout(ids, 3, torch.tensor([2, 3]), torch.tensor([1, 3]), pad_id=0)
+    assert got.tolist() == [[5, 6, 7, 0, 0, 0], [1, 2, 3, 4, 8, 9]]
+    assert labels.tolist() == [[-100, -100, 7, -100, -100, -100], [-100, -100, -100, 4, 8, 9]]
+
+
+def test_causal_rows_logps_equal_trl_layout_and_zero_past_each_completion(tok, tmp_path):
+    trainer, model, inputs = tiny_trainer(tmp_path, six_trajs(tok), ga=1)
+    _nudge(model, 3)
+    batch = trainer._generate_and_score_completions(inputs)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    keep = batch["completion_ids"].shape[1]
+    out = {}
+    for causal in (True, False):
+        trainer.causal_rows = causal
+        out[causal] = trainer._get_per_token_logps_and_entropies(model, ids, att, keep,
+                                                                 compute_entropy=True)
+    cm = batch["completion_mask"].bool()
+    for k in (0, 1):  # log-probs, entropies: equal on real tokens, 0 past each completion
+        assert torch.allclose(out[True][k][cm], out[False][k][cm], atol=1e-5)
+        assert float(out[True][k][~cm].abs().sum()) == 0.0
+    assert float(out[True][0][cm].abs().min()) > 0  # real tokens were scored
+    # the buckets: contiguous widths (the longest row), not longest prompt + longest completion
+    pl, cl = batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist()
+    trainer.causal_rows = True
+    assert trainer.row_buckets(batch["prompt_mask"], batch["completion_mask"]) == \
+        length_buckets(pl, cl, trainer.bucket_slack, contiguous=True)
 
 
 def test_packed_rows_count_and_padding(tok, tmp_path):

@@ -408,6 +408,13 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     DeepSpeed expect one forward per backward."""
     bucket_slack: float = 0.25
     """A bucket may encode at most this share of padding on top of its real tokens."""
+    causal_rows: bool = True
+    """With ``bucket_rows``: lay each bucket row out as its prompt and completion from column 0,
+    padding only at the end, and forward it with no attention mask. Under causal attention no real
+    token sees a later column, so the padding is out of reach without a mask; SDPA then runs its
+    causal kernel, which skips the key blocks above the diagonal (with a mask it computes them
+    all and masks them), and the mask is never built. False: TRL's layout (left-padded prompts,
+    right-padded completions) and its padding mask, per bucket."""
 
     def row_buckets(self, prompt_mask: torch.Tensor, completion_mask: torch.Tensor
                     ) -> list[list[int]] | None:
@@ -420,7 +427,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
                 or self.is_deepspeed_enabled):
             return None
         return length_buckets(prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist(),
-                              self.bucket_slack)
+                              self.bucket_slack, contiguous=self.causal_rows)
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
                                            attention_mask: torch.Tensor, logits_to_keep: int,
@@ -430,10 +437,11 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         """TRL's per-token log-probs and entropies, (B, C), computed per length bucket.
 
         Each bucket's rows are cut to ``[P - max prompt, P + max completion)`` (P = the prompt
-        width): only columns that are padding in every row of the bucket go. Attention masks
-        keep padding out, and RoPE depends on relative positions only, so each real token's
-        log-prob is the same up to float rounding (the gradient-equality test checks 1e-5).
-        Positions past a row's bucket width get log-prob and entropy 0; they are masked.
+        width): only columns that are padding in every row of the bucket go. With
+        ``causal_rows`` each row is instead moved to start at column 0 (``causal_bucket``).
+        Attention keeps padding out, and RoPE depends on relative positions only, so each real
+        token's log-prob is the same up to float rounding (the gradient-equality checks: 1e-5).
+        Positions past a row's completion get log-prob and entropy 0; they are masked.
         """
         call = super()._get_per_token_logps_and_entropies
         kw = {"batch_size": batch_size, "compute_entropy": compute_entropy,
@@ -445,12 +453,18 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             if buckets is None:
                 return call(model, input_ids, attention_mask, logits_to_keep, **kw, **extra)
             p_len, c_len = attention_mask[:, :p].sum(1), attention_mask[:, p:].sum(1)
+            causal = self.causal_rows and not compute_aux_loss
             logps, entropies, aux = [], [], []
             for rows in buckets:
                 idx = torch.tensor(rows, device=input_ids.device)
-                lo, keep = p - int(p_len[idx].max()), int(c_len[idx].max())
-                lp, ent, ax = call(model, input_ids[idx, lo:p + keep],
-                                   attention_mask[idx, lo:p + keep], keep, **kw)
+                if causal:
+                    lp, ent = self._causal_bucket(model, input_ids[idx], p, p_len[idx],
+                                                  c_len[idx], batch_size, compute_entropy)
+                    keep, ax = lp.shape[1], None
+                else:
+                    lo, keep = p - int(p_len[idx].max()), int(c_len[idx].max())
+                    lp, ent, ax = call(model, input_ids[idx, lo:p + keep],
+                                       attention_mask[idx, lo:p + keep], keep, **kw)
                 logps.append(torch.nn.functional.pad(lp, (0, logits_to_keep - keep)))
                 if ent is not None:
                     entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
@@ -461,6 +475,34 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             return (torch.cat(logps)[inverse],
                     torch.cat(entropies)[inverse] if entropies else None,
                     torch.stack(aux).mean() if aux else None)
+
+    def _causal_bucket(self, model: Any, input_ids: torch.Tensor, p: int, p_len: torch.Tensor,
+                       c_len: torch.Tensor, batch_size: int | None, compute_entropy: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One bucket in the ``causal_rows`` layout: log-probs and entropies, (b, max c_len).
+
+        ``input_ids`` (b, P + C) holds each row's real tokens in ``[P - p_len, P + c_len)``;
+        ``causal_layout`` moves them to ``[0, p_len + c_len)``; no attention mask is passed. The labels are the completion
+        ids there and -100 elsewhere, so TRL's fused LM head scores the completion tokens only,
+        as it does in TRL's own layout. Rows go through in chunks of ``batch_size`` (TRL's).
+        """
+        ids, labels = causal_layout(input_ids, p, p_len, c_len,
+                                    self.processing_class.pad_token_id)
+        keep = int(c_len.max())
+        # the fused head returns (b, W - 1): entry j scores the id in column j + 1
+        at = (p_len[:, None] - 1 + torch.arange(keep, device=ids.device)[None, :]
+              ).clamp(0, ids.shape[1] - 2)
+        live = torch.arange(keep, device=ids.device)[None, :] < c_len[:, None]
+        size = batch_size or ids.shape[0]
+        logps, entropies = [], []
+        for s in range(0, ids.shape[0], size):
+            with self.accelerator.autocast():
+                out = model(input_ids=ids[s:s + size], labels=labels[s:s + size],
+                            fused_lm_head=True)
+            logps.append(out.log_probs.gather(1, at[s:s + size]) * live[s:s + size])
+            if compute_entropy:
+                entropies.append(out.entropy.gather(1, at[s:s + size]) * live[s:s + size])
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
 
     # ---- loss: per_role sends each role's rows to its own policy ----------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -550,6 +592,30 @@ def _lm_head_on_completions_only() -> Any:
         yield
     finally:
         trl_utils._use_triton = original
+
+
+def causal_layout(input_ids: torch.Tensor, p: int, p_len: torch.Tensor, c_len: torch.Tensor,
+                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of TRL's layout moved to start at column 0, and their completion labels.
+
+    Args:
+        input_ids: (B, P + C), prompts left-padded to P, completions right-padded.
+        p: the prompt width P.
+        p_len, c_len: (B,) real prompt and completion tokens per row.
+        pad_id: the id written after each row's last real token.
+
+    Returns:
+        ``ids`` (B, W), W = max(p_len + c_len): row b is its p_len[b] prompt ids, its c_len[b]
+        completion ids, then ``pad_id``; ``labels`` (B, W): the completion ids at their columns,
+        -100 elsewhere (the prompt and the padding are not scored).
+    """
+    total = p_len + c_len
+    width = int(total.max())
+    cols = torch.arange(width, device=input_ids.device)[None, :]
+    src = ((p - p_len)[:, None] + cols).clamp(max=input_ids.shape[1] - 1)
+    ids = input_ids.gather(1, src).masked_fill(cols >= total[:, None], pad_id)
+    scored = (cols >= p_len[:, None]) & (cols < total[:, None])
+    return ids, ids.masked_fill(~scored, -100)
 
 
 REHEARSE_WEIGHTS = "rehearse_policy.safetensors"

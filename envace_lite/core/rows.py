@@ -99,17 +99,20 @@ def _act_spans(traj: Trajectory, i: int) -> list[tuple[int, int]]:
 
 
 def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
-                   slack: float = 0.25) -> list[list[int]]:
+                   slack: float = 0.25, contiguous: bool = False) -> list[list[int]]:
     """Group rows into forwards that waste little padding.
 
     A bucket's width is its longest prompt plus its longest completion (prompts are left-padded
-    and completions right-padded around one boundary), so it encodes ``rows × width`` tokens.
-    Rows are sorted by real length (prompt + completion) and added greedily while the bucket's
-    encoded tokens stay within ``(1 + slack)`` × its real tokens.
+    and completions right-padded around one boundary), or with ``contiguous`` its longest row
+    (prompt and completion together from column 0, padding at the end: the trainer's
+    ``causal_rows`` layout). A bucket encodes ``rows × width`` tokens. Rows are sorted by real
+    length (prompt + completion) and added greedily while the bucket's encoded tokens stay within
+    ``(1 + slack)`` × its real tokens.
 
     Args:
         prompt_lens, completion_lens: (B,) real tokens per row.
         slack: padding allowed on top of the real tokens, as a share.
+        contiguous: measure a bucket's width as its longest row.
 
     Returns:
         Row indices per bucket, each bucket in ascending length; every row exactly once.
@@ -122,7 +125,8 @@ def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
     for i in order:
         p, c = int(prompt_lens[i]), int(completion_lens[i])
         wp, wc = max(mp, p), max(mc, c)
-        if rows and (len(rows) + 1) * (wp + wc) > (1 + slack) * (real + p + c):
+        width = p + c if contiguous else wp + wc  # sorted by p + c: the new row is the longest
+        if rows and (len(rows) + 1) * width > (1 + slack) * (real + p + c):
             buckets.append(rows)
             rows, real, wp, wc = [], 0, p, c
         rows.append(i)
