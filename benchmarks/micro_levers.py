@@ -27,6 +27,10 @@ lever                       variants (A vs B), interleaved A B A B ... ``--repea
                             ``causal_rows=False`` (TRL's layout and padding mask per bucket) vs
                             ``True`` (rows from column 0, no mask, SDPA's causal kernel); the
                             gradients' relative difference and the encoded tokens of each
+``causal_sft``              the drills warm start's first ``--sft-steps`` SFT steps (its rows,
+                            batch size and seed) from the shipped base, ``run_sft(causal=False)``
+                            (TRL's padding mask) vs ``causal=True`` (batches padded at the end go
+                            through the backbone without a mask); the losses of each
 ==========================  ======================================================================
 
 Each lever reports the median seconds of A and of B and the median of the pairwise ratios A/B.
@@ -218,6 +222,37 @@ def causal_lever(repeats: int, filler: int, k: int = 4, turns: int = 3) -> dict[
                   "rows": int((batch["row_role"] >= 0).sum())}
 
 
+def causal_sft_lever(repeats: int, steps: int) -> dict[str, Any]:
+    """The ``causal_sft`` lever (see the module docstring)."""
+    import copy
+    import tempfile
+
+    from envace_lite.config import get_config
+    from envace_lite.core.task_split import training_tasks
+    from envace_lite.core.transcripts import build_transcripts
+    from envace_lite.models.load import load_policy
+    from envace_lite.pipelines.sft import run_sft, sft_rows
+
+    cfg = get_config("drills", {"warmstart.max_steps": steps})
+    w = cfg.warmstart
+    base, tok = load_policy(cfg, train=True)
+    ts = build_transcripts(training_tasks(cfg, "sft"), cfg, tok)
+    rows, _ = sft_rows(ts, tok, w.max_length, w.token_budget, cfg.run.seed, w.act_share)
+    losses: dict[bool, list[float]] = {}
+
+    def run(causal: bool) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run_sft(copy.deepcopy(base), tok, rows, cfg, Path(tmp), causal=causal)
+        losses[causal] = [r["loss"] for r in out["log"]]
+
+    out = paired(lambda: run(False), lambda: run(True), repeats)
+    return out | {"variants": "A: run_sft(causal=False), B: run_sft(causal=True)",
+                  "steps": steps, "batch_size": w.batch_size, "rows": len(rows),
+                  "losses": {"causal=False": losses[False], "causal=True": losses[True]},
+                  "loss_max_rel_diff": max(abs(x - y) / abs(y) for x, y in
+                                           zip(losses[True], losses[False]))}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -226,7 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--new", type=int, default=64, help="tokens decoded per row")
     p.add_argument("--filler", type=int, default=100,
                    help="causal_rows: words added to each scripted observation")
-    p.add_argument("--only", choices=["causal_rows", "compact_decode"], default=None,
+    p.add_argument("--sft-steps", type=int, default=40, help="causal_sft: SFT steps per run")
+    p.add_argument("--only", choices=["causal_rows", "causal_sft", "compact_decode"], default=None,
                    help="measure this lever alone")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -239,6 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                "machine": machine_info()}
     levers: dict[str, Any] = {}
     single = {"causal_rows": lambda: causal_lever(a.repeats, a.filler),
+              "causal_sft": lambda: causal_sft_lever(a.repeats, a.sft_steps),
               "compact_decode": lambda: compact_lever(a.rows, a.repeats)}
     if a.only:
         levers[a.only] = single[a.only]()
@@ -282,6 +319,7 @@ def _write(a: Any, payload: dict[str, Any], levers: dict[str, Any], name: str) -
 
     payload |= {"setup": {"rows": a.rows, "prompt_tokens_first_row": a.prompt,
                           "new_tokens": a.new, "repeats": a.repeats, "filler": a.filler,
+                          "sft_steps": a.sft_steps,
                           "torch_threads_default": torch.get_num_threads()},
                 "levers": levers}
     path = write_json(a.out or Path(__file__).parent / "results" / name, payload)

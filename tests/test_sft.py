@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+import torch
 
 from envace_lite import protocol
 from envace_lite.config import ConfigError, get_config
@@ -318,3 +319,48 @@ def test_warm_start_with_every_row_too_long_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="token_budget=5: no SFT row fits"):
         check_rows({**stats, "rows_too_long": 1, "token_budget": 5})
     check_rows({**stats, "rows_kept": 1})  # rows to train on: no error
+
+
+def test_causal_attention_drops_only_masks_padded_at_the_end():
+    from envace_lite.pipelines.sft import causal_attention, padded_at_end_only
+
+    assert padded_at_end_only(torch.tensor([[1, 1, 0], [1, 1, 1]]))
+    assert not padded_at_end_only(torch.tensor([[0, 1, 1], [1, 1, 1]]))  # left padding
+    assert not padded_at_end_only(torch.tensor([[1, 0, 1], [1, 1, 1]]))  # a hole
+    model, _ = load_policy(get_config("smoke", {"model.hidden_size": 32, "model.num_layers": 1,
+                                                "model.num_heads": 4,
+                                                "model.intermediate_size": 64}))
+    seen = []  # the mask the first decoder layer gets: a 4-D mask, or None (causal kernel)
+    spy = model.model.layers[0].register_forward_pre_hook(
+        lambda m, a, kw: seen.append(kw.get("attention_mask")), with_kwargs=True)
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
+    end, left = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]), torch.tensor([[0, 1, 1, 1], [1] * 4])
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=end).logits
+        with causal_attention(model):
+            fast = model(input_ids=ids, attention_mask=end).logits
+            model(input_ids=ids, attention_mask=left)
+        model(input_ids=ids, attention_mask=end)  # the hook is gone on exit
+    spy.remove()
+    assert [m is None for m in seen] == [False, True, False, False]
+    assert torch.allclose(plain[end.bool()], fast[end.bool()], atol=1e-5)
+
+
+def test_sft_losses_equal_with_and_without_the_padding_mask(tmp_path):
+    from envace_lite.pipelines.sft import run_sft
+
+    cfg = get_config("smoke", {"model.hidden_size": 32, "model.num_layers": 1,
+                               "model.num_heads": 4, "model.intermediate_size": 64,
+                               "warmstart.epochs": 1.0, "warmstart.batch_size": 4,
+                               "warmstart.logging_steps": 1, "warmstart.max_steps": 2})
+    g = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": torch.randint(10, 5000, (n,), generator=g).tolist(),
+             "completion_mask": [0] * (n // 2) + [1] * (n - n // 2)}
+            for n in (6, 9, 14, 20, 7, 11, 16, 25)]
+    got = {}
+    for causal in (True, False):
+        model, tok = load_policy(cfg, train=True)
+        out = run_sft(model, tok, rows, cfg, tmp_path / str(causal), causal=causal)
+        got[causal] = [r["loss"] for r in out["log"]]
+    assert out["steps"] == 2 and len(got[True]) == 2 and all(x > 0 for x in got[True])
+    assert got[True] == pytest.approx(got[False], rel=1e-5)

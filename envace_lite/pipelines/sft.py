@@ -26,6 +26,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -171,8 +172,44 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
 # ---------------------------------------------------------------------------------------------
 # SFT with TRL, and the warm-start stage
 # ---------------------------------------------------------------------------------------------
+def padded_at_end_only(mask: Any) -> bool:
+    """True when every row of ``mask`` (B, L) is ones then zeros: padding after the last real
+    token only, none before it or between real tokens."""
+    return bool(mask[:, 0].all()) and bool((mask[:, 1:] <= mask[:, :-1]).all())
+
+
+@contextlib.contextmanager
+def causal_attention(model: Any) -> Any:
+    """While inside, the backbone of ``model`` drops an attention mask that pads rows at the end.
+
+    Under causal attention a real token never sees a later column, so padding after a row's last
+    real token is out of reach without a mask (its labels are -100, so it is not scored). With no
+    mask, SDPA runs its causal kernel, which skips the key blocks above the diagonal; with one it
+    computes them and masks them. Positions are the same (``arange`` from column 0 either way).
+    A mask with padding anywhere else is passed on. The trainer still sees the mask in its batch
+    (TRL counts tokens with it); only the backbone's forward goes without it.
+
+    Args:
+        model: a causal LM (PEFT-wrapped or not) whose ``base_model`` is its backbone.
+    """
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = inner.base_model
+
+    def drop(_module: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.dim() == 2 and padded_at_end_only(mask):
+            kwargs = {**kwargs, "attention_mask": None}
+        return args, kwargs
+
+    handle = backbone.register_forward_pre_hook(drop, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def run_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], cfg: Config,
-            out_dir: Path) -> dict[str, Any]:
+            out_dir: Path, causal: bool = True) -> dict[str, Any]:
     """Train on ``rows`` with ``trl.SFTTrainer`` (loss on ``completion_mask`` tokens only).
 
     Args:
@@ -181,6 +218,8 @@ def run_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], cfg: C
         rows: from ``sft_rows``.
         cfg: reads ``warmstart`` (epochs, lr, batch size, max length) and ``run``.
         out_dir: the trainer's scratch folder (no intermediate checkpoints are written).
+        causal: batches padded at the end only go through the backbone without an attention
+            mask (``causal_attention``); False keeps TRL's mask.
 
     Returns:
         ``{"steps", "seconds", "loss_first", "loss_last", "log"}``; ``log`` holds the trainer's
@@ -210,7 +249,8 @@ def run_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], cfg: C
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     quiet_trainer(trainer, progress_bar=cfg.run.progress)  # loss rows go to metrics.jsonl
     start = time.perf_counter()
-    trainer.train()
+    with causal_attention(model) if causal else contextlib.nullcontext():
+        trainer.train()
     losses = [r for r in trainer.state.log_history if "loss" in r]
     return {"steps": trainer.state.global_step, "seconds": time.perf_counter() - start,
             "loss_first": losses[0]["loss"] if losses else None,
@@ -294,5 +334,6 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     return run_dir
 
 
-__all__ = ["CHECKPOINT", "check_rows", "first_turn_call_rates", "run_sft", "save_checkpoint",
+__all__ = ["CHECKPOINT", "causal_attention", "check_rows", "first_turn_call_rates",
+           "padded_at_end_only", "run_sft", "save_checkpoint",
            "sft_rows", "warmstart"]
