@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--filler", type=int, default=100,
                    help="causal_rows: words added to each scripted observation")
     p.add_argument("--sft-steps", type=int, default=40, help="causal_sft: SFT steps per run")
-    p.add_argument("--only", choices=["causal_rows", "causal_sft", "compact_decode"], default=None,
+    p.add_argument("--only", choices=["causal_rows", "causal_sft", "compact_decode"],
+                   default=None,
                    help="measure this lever alone")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)

@@ -21,9 +21,9 @@ from envace_lite.core.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import get_config
-from envace_lite.core.grpo import RoleWiseGRPOTrainer, causal_layout
+from envace_lite.core.grpo import RoleWiseGRPOTrainer, causal_layout, causal_layout_applies
 from envace_lite.models.load import load_policy, qwen3_tokenizer
-from envace_lite.core.rows import build_rows, collate_rows, length_buckets, output_lengths
+from envace_lite.core.rows import build_rows, collate_rows, output_lengths
 from envace_lite.pipelines.train import grpo_args
 from envace_lite.types import Output, Task, Trajectory
 
@@ -338,30 +338,49 @@ def test_causal_layout_by_hand():
     got, labels = causal_layout(ids, 3, torch.tensor([2, 3]), torch.tensor([1, 3]), pad_id=0)
     assert got.tolist() == [[5, 6, 7, 0, 0, 0], [1, 2, 3, 4, 8, 9]]
     assert labels.tolist() == [[-100, -100, 7, -100, -100, -100], [-100, -100, -100, 4, 8, 9]]
+    # the layout it assumes: prompts zeros then ones (at least one), completions ones then zeros
+    pm, cm = torch.tensor([[0, 1, 1], [1, 1, 1]]), torch.tensor([[1, 0, 0], [1, 1, 1]])
+    assert causal_layout_applies(pm, cm)
+    assert not causal_layout_applies(torch.tensor([[0, 0, 0], [1, 1, 1]]), cm)  # empty prompt
+    assert not causal_layout_applies(torch.tensor([[1, 0, 1], [1, 1, 1]]), cm)  # a hole
+    assert not causal_layout_applies(pm, torch.tensor([[0, 1, 0], [1, 1, 1]]))  # a hole
 
 
-def test_causal_rows_logps_equal_trl_layout_and_zero_past_each_completion(tok, tmp_path):
+def _logps(trainer, model, batch, **kw):
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    return trainer._get_per_token_logps_and_entropies(model, ids, att,
+                                                      batch["completion_ids"].shape[1], **kw)
+
+
+def test_causal_rows_logps_equal_trl_layout_and_zero_past_each_completion(tok, tmp_path,
+                                                                         monkeypatch):
     trainer, model, inputs = tiny_trainer(tmp_path, six_trajs(tok), ga=1)
     _nudge(model, 3)
     batch = trainer._generate_and_score_completions(inputs)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    keep = batch["completion_ids"].shape[1]
+    calls = []
+    inner = trainer._causal_bucket
+    monkeypatch.setattr(trainer, "_causal_bucket",
+                        lambda *a, **k: calls.append(len(a[1])) or inner(*a, **k))
     out = {}
-    for causal in (True, False):
+    for causal, size in ((True, None), (True, 1), (False, None)):
         trainer.causal_rows = causal
-        out[causal] = trainer._get_per_token_logps_and_entropies(model, ids, att, keep,
-                                                                 compute_entropy=True)
+        out[causal, size] = _logps(trainer, model, batch, batch_size=size, compute_entropy=True)
+    # every row went through the causal path in both causal runs, none in TRL's layout
+    assert sum(calls) == 2 * len(batch["row_role"])
     cm = batch["completion_mask"].bool()
-    for k in (0, 1):  # log-probs, entropies: equal on real tokens, 0 past each completion
-        assert torch.allclose(out[True][k][cm], out[False][k][cm], atol=1e-5)
-        assert float(out[True][k][~cm].abs().sum()) == 0.0
-    assert float(out[True][0][cm].abs().min()) > 0  # real tokens were scored
-    # the buckets: contiguous widths (the longest row), not longest prompt + longest completion
-    pl, cl = batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist()
+    for key in ((True, None), (True, 1)):
+        for k in (0, 1):  # log-probs, entropies: equal on real tokens, 0 past each completion
+            assert torch.allclose(out[key][k][cm], out[False, None][k][cm], atol=1e-5)
+            assert float(out[key][k][~cm].abs().sum()) == 0.0
+    assert float(out[True, None][0][cm].abs().min()) > 0  # real tokens were scored
+    # a batch outside the layout it assumes (a hole in a completion's mask) takes TRL's layout
+    calls.clear()
     trainer.causal_rows = True
-    assert trainer.row_buckets(batch["prompt_mask"], batch["completion_mask"]) == \
-        length_buckets(pl, cl, trainer.bucket_slack, contiguous=True)
+    holed = dict(batch, completion_mask=batch["completion_mask"].clone())
+    holed["completion_mask"][0, 1] = 0
+    lp, _, _ = _logps(trainer, model, holed)
+    assert calls == [] and lp.shape == out[False, None][0].shape
 
 
 def test_packed_rows_count_and_padding(tok, tmp_path):

@@ -322,7 +322,8 @@ def test_warm_start_with_every_row_too_long_is_one_line(tmp_path, monkeypatch):
 
 
 def test_causal_attention_drops_only_masks_padded_at_the_end():
-    from envace_lite.pipelines.sft import causal_attention, padded_at_end_only
+    from envace_lite.core.rows import padded_at_end_only
+    from envace_lite.pipelines.sft import causal_attention
 
     assert padded_at_end_only(torch.tensor([[1, 1, 0], [1, 1, 1]]))
     assert not padded_at_end_only(torch.tensor([[0, 1, 1], [1, 1, 1]]))  # left padding
@@ -343,6 +344,14 @@ def test_causal_attention_drops_only_masks_padded_at_the_end():
         model(input_ids=ids, attention_mask=end)  # the hook is gone on exit
     spy.remove()
     assert [m is None for m in seen] == [False, True, False, False]
+
+    class Headless(torch.nn.Module):  # a model that is its own backbone
+        base_model_prefix = ""
+        base_model = property(lambda self: self)
+
+    with pytest.raises(ValueError, match="no backbone module"):
+        with causal_attention(Headless()):
+            pass
     assert torch.allclose(plain[end.bool()], fast[end.bool()], atol=1e-5)
 
 
@@ -357,10 +366,16 @@ def test_sft_losses_equal_with_and_without_the_padding_mask(tmp_path):
     rows = [{"input_ids": torch.randint(10, 5000, (n,), generator=g).tolist(),
              "completion_mask": [0] * (n // 2) + [1] * (n - n // 2)}
             for n in (6, 9, 14, 20, 7, 11, 16, 25)]
-    got = {}
+    got, masks = {}, {}
     for causal in (True, False):
         model, tok = load_policy(cfg, train=True)
+        seen = []  # the mask the first decoder layer gets: None when the backbone had none
+        spy = model.model.layers[0].register_forward_pre_hook(
+            lambda m, a, kw: seen.append(kw.get("attention_mask")), with_kwargs=True)
         out = run_sft(model, tok, rows, cfg, tmp_path / str(causal), causal=causal)
-        got[causal] = [r["loss"] for r in out["log"]]
+        spy.remove()
+        got[causal], masks[causal] = [r["loss"] for r in out["log"]], seen
+    assert masks[True] and all(m is None for m in masks[True])  # every batch: padded at the end
+    assert masks[False] and all(m is not None for m in masks[False])
     assert out["steps"] == 2 and len(got[True]) == 2 and all(x > 0 for x in got[True])
     assert got[True] == pytest.approx(got[False], rel=1e-5)

@@ -65,7 +65,14 @@ from envace_lite.core.advantages import (
 )
 from envace_lite.config import Config
 from envace_lite.progress import get_logger
-from envace_lite.core.rows import Rows, build_rows, collate_rows, length_buckets, output_lengths
+from envace_lite.core.rows import (
+    Rows,
+    build_rows,
+    collate_rows,
+    length_buckets,
+    output_lengths,
+    padded_at_end_only,
+)
 from envace_lite.types import ROLES, TRAIN_MODES, RolloutMode, TrainMode, Trajectory
 
 log = get_logger(__name__)
@@ -409,25 +416,28 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
     bucket_slack: float = 0.25
     """A bucket may encode at most this share of padding on top of its real tokens."""
     causal_rows: bool = True
-    """With ``bucket_rows``: lay each bucket row out as its prompt and completion from column 0,
-    padding only at the end, and forward it with no attention mask. Under causal attention no real
-    token sees a later column, so the padding is out of reach without a mask; SDPA then runs its
-    causal kernel, which skips the key blocks above the diagonal (with a mask it computes them
-    all and masks them), and the mask is never built. False: TRL's layout (left-padded prompts,
-    right-padded completions) and its padding mask, per bucket."""
+    """With ``bucket_rows``, on a model that uses SDPA: lay each bucket row out as its prompt and
+    completion from column 0, padding only at the end, and forward it with no attention mask.
+    Under causal attention no real token sees a later column, so the padding is out of reach
+    without a mask. Without a mask SDPA runs its causal kernel, which skips the key blocks above
+    the diagonal; with one it computes every block and masks it. False: TRL's layout
+    (left-padded prompts, right-padded completions) and its padding mask, per bucket."""
 
-    def row_buckets(self, prompt_mask: torch.Tensor, completion_mask: torch.Tensor
-                    ) -> list[list[int]] | None:
+    def row_buckets(self, prompt_mask: torch.Tensor, completion_mask: torch.Tensor,
+                    contiguous: bool | None = None) -> list[list[int]] | None:
         """Row indices per forward, or None for one forward over the whole (padded) batch.
 
         Args:
             prompt_mask: (B, P) left-padded; completion_mask: (B, C) right-padded.
+            contiguous: measure widths for the ``causal_rows`` layout (default:
+                ``causal_rows``).
         """
         if (not self.bucket_rows or self.accelerator.num_processes > 1
                 or self.is_deepspeed_enabled):
             return None
         return length_buckets(prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist(),
-                              self.bucket_slack, contiguous=self.causal_rows)
+                              self.bucket_slack,
+                              contiguous=self.causal_rows if contiguous is None else contiguous)
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
                                            attention_mask: torch.Tensor, logits_to_keep: int,
@@ -438,22 +448,26 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
 
         Each bucket's rows are cut to ``[P - max prompt, P + max completion)`` (P = the prompt
         width): only columns that are padding in every row of the bucket go. With
-        ``causal_rows`` each row is instead moved to start at column 0 (``causal_bucket``).
-        Attention keeps padding out, and RoPE depends on relative positions only, so each real
-        token's log-prob is the same up to float rounding (the gradient-equality checks: 1e-5).
-        Positions past a row's completion get log-prob and entropy 0; they are masked.
+        ``causal_rows`` (and ``causal_layout_applies``) each row instead starts at column 0
+        (``_causal_bucket``). Either way the padding is kept out of attention and the real
+        tokens keep their relative positions, so on a RoPE model each real token's log-prob is
+        the same up to float rounding (the gradient-equality checks: 1e-5). Positions past a
+        row's completion get log-prob and entropy 0; they are masked.
         """
         call = super()._get_per_token_logps_and_entropies
         kw = {"batch_size": batch_size, "compute_entropy": compute_entropy,
               "compute_aux_loss": compute_aux_loss}
         with _lm_head_on_completions_only():
             p = input_ids.shape[1] - logits_to_keep
+            pm, cm = attention_mask[:, :p], attention_mask[:, p:]
+            causal = (self.causal_rows and not compute_aux_loss
+                      and getattr(model.config, "_attn_implementation", None) == "sdpa"
+                      and causal_layout_applies(pm, cm))
             buckets = None if any(v is not None for v in extra.values()) else self.row_buckets(
-                attention_mask[:, :p], attention_mask[:, p:])
+                pm, cm, contiguous=causal)
             if buckets is None:
                 return call(model, input_ids, attention_mask, logits_to_keep, **kw, **extra)
-            p_len, c_len = attention_mask[:, :p].sum(1), attention_mask[:, p:].sum(1)
-            causal = self.causal_rows and not compute_aux_loss
+            p_len, c_len = pm.sum(1), cm.sum(1)
             logps, entropies, aux = [], [], []
             for rows in buckets:
                 idx = torch.tensor(rows, device=input_ids.device)
@@ -481,27 +495,29 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One bucket in the ``causal_rows`` layout: log-probs and entropies, (b, max c_len).
 
-        ``input_ids`` (b, P + C) holds each row's real tokens in ``[P - p_len, P + c_len)``;
-        ``causal_layout`` moves them to ``[0, p_len + c_len)``; no attention mask is passed. The labels are the completion
-        ids there and -100 elsewhere, so TRL's fused LM head scores the completion tokens only,
-        as it does in TRL's own layout. Rows go through in chunks of ``batch_size`` (TRL's).
+        ``input_ids`` (b, P + C) holds each row's real tokens in ``[P - p_len, P + c_len)``
+        (p_len ≥ 1); ``causal_layout`` moves them to ``[0, p_len + c_len)``, and no attention
+        mask is passed. The labels are the completion ids there and -100 elsewhere, so TRL's
+        fused LM head scores the completion tokens only, as in TRL's own layout. Rows go through
+        in chunks of ``batch_size`` (TRL's), each cut to its own longest row.
         """
         ids, labels = causal_layout(input_ids, p, p_len, c_len,
                                     self.processing_class.pad_token_id)
-        keep = int(c_len.max())
-        # the fused head returns (b, W - 1): entry j scores the id in column j + 1
-        at = (p_len[:, None] - 1 + torch.arange(keep, device=ids.device)[None, :]
-              ).clamp(0, ids.shape[1] - 2)
-        live = torch.arange(keep, device=ids.device)[None, :] < c_len[:, None]
+        keep, total = int(c_len.max()), p_len + c_len
+        steps = torch.arange(keep, device=ids.device)[None, :]
+        live = steps < c_len[:, None]
         size = batch_size or ids.shape[0]
         logps, entropies = [], []
         for s in range(0, ids.shape[0], size):
+            width = int(total[s:s + size].max())
             with self.accelerator.autocast():
-                out = model(input_ids=ids[s:s + size], labels=labels[s:s + size],
-                            fused_lm_head=True)
-            logps.append(out.log_probs.gather(1, at[s:s + size]) * live[s:s + size])
+                out = model(input_ids=ids[s:s + size, :width],
+                            labels=labels[s:s + size, :width], fused_lm_head=True)
+            # the fused head returns (n, width - 1): entry j scores the id in column j + 1
+            at = (p_len[s:s + size, None] - 1 + steps).clamp(0, width - 2)
+            logps.append(out.log_probs.gather(1, at) * live[s:s + size])
             if compute_entropy:
-                entropies.append(out.entropy.gather(1, at[s:s + size]) * live[s:s + size])
+                entropies.append(out.entropy.gather(1, at) * live[s:s + size])
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
 
     # ---- loss: per_role sends each role's rows to its own policy ----------------------------
@@ -594,12 +610,25 @@ def _lm_head_on_completions_only() -> Any:
         trl_utils._use_triton = original
 
 
+def causal_layout_applies(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> bool:
+    """True when a batch is in TRL's layout with no holes: every prompt row zeros then at least
+    one one, every completion row ones then zeros (``causal_layout``'s assumption).
+
+    Args:
+        prompt_mask: (B, P); completion_mask: (B, C).
+    """
+    return (prompt_mask.shape[1] > 0 and completion_mask.shape[1] > 0
+            and padded_at_end_only(prompt_mask.flip(1))
+            and bool((completion_mask[:, 1:] <= completion_mask[:, :-1]).all()))
+
+
 def causal_layout(input_ids: torch.Tensor, p: int, p_len: torch.Tensor, c_len: torch.Tensor,
                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of TRL's layout moved to start at column 0, and their completion labels.
 
     Args:
-        input_ids: (B, P + C), prompts left-padded to P, completions right-padded.
+        input_ids: (B, P + C), prompts left-padded to P, completions right-padded (no holes:
+            ``causal_layout_applies``).
         p: the prompt width P.
         p_len, c_len: (B,) real prompt and completion tokens per row.
         pad_id: the id written after each row's last real token.

@@ -136,6 +136,12 @@ def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
     return buckets
 
 
+def padded_at_end_only(mask: torch.Tensor) -> bool:
+    """True when every row of ``mask`` (B, L), L ≥ 1, is ones then zeros with at least one one:
+    padding after the last real token only, none before it or between real tokens."""
+    return bool(mask[:, 0].all()) and bool((mask[:, 1:] <= mask[:, :-1]).all())
+
+
 def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
     """Trained tokens per output, shape (N,) long."""
     lengths = torch.zeros(n_outputs, dtype=torch.long)
@@ -185,4 +191,5 @@ def collate_rows(rows: Rows, advantages: torch.Tensor, weights: torch.Tensor, pa
     }
 
 
-__all__ = ["Rows", "build_rows", "collate_rows", "length_buckets", "output_lengths"]
+__all__ = ["Rows", "build_rows", "collate_rows", "length_buckets", "output_lengths",
+           "padded_at_end_only"]

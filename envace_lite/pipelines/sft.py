@@ -35,6 +35,7 @@ from typing import Any
 
 from envace_lite import protocol
 from envace_lite.config import Config
+from envace_lite.core.rows import padded_at_end_only
 from envace_lite.llm.generation import chat_ids
 from envace_lite.progress import get_logger, quiet_trainer
 from envace_lite.core.transcripts import (
@@ -172,12 +173,6 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
 # ---------------------------------------------------------------------------------------------
 # SFT with TRL, and the warm-start stage
 # ---------------------------------------------------------------------------------------------
-def padded_at_end_only(mask: Any) -> bool:
-    """True when every row of ``mask`` (B, L) is ones then zeros: padding after the last real
-    token only, none before it or between real tokens."""
-    return bool(mask[:, 0].all()) and bool((mask[:, 1:] <= mask[:, :-1]).all())
-
-
 @contextlib.contextmanager
 def causal_attention(model: Any) -> Any:
     """While inside, the backbone of ``model`` drops an attention mask that pads rows at the end.
@@ -186,14 +181,25 @@ def causal_attention(model: Any) -> Any:
     real token is out of reach without a mask (its labels are -100, so it is not scored). With no
     mask, SDPA runs its causal kernel, which skips the key blocks above the diagonal; with one it
     computes them and masks them. Positions are the same (``arange`` from column 0 either way).
-    A mask with padding anywhere else is passed on. The trainer still sees the mask in its batch
-    (TRL counts tokens with it); only the backbone's forward goes without it.
+    A mask with padding anywhere else (``rows.padded_at_end_only``), or one passed
+    positionally, is passed on. The trainer still sees the mask in its batch (TRL counts tokens
+    with it); only the backbone's forward goes without it. A model that does not use SDPA
+    (flash attention skips padding only with a mask) is left alone.
 
     Args:
         model: a causal LM (PEFT-wrapped or not) whose ``base_model`` is its backbone.
+
+    Raises:
+        ValueError: the model has no separate backbone module (its ``base_model`` is itself).
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     backbone = inner.base_model
+    if backbone is inner:
+        raise ValueError(f"{type(inner).__name__} has no backbone module (base_model_prefix "
+                         f"{inner.base_model_prefix!r}): causal_attention needs one")
+    if getattr(inner.config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
 
     def drop(_module: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         mask = kwargs.get("attention_mask")
@@ -335,5 +341,5 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
 
 
 __all__ = ["CHECKPOINT", "causal_attention", "check_rows", "first_turn_call_rates",
-           "padded_at_end_only", "run_sft", "save_checkpoint",
+           "run_sft", "save_checkpoint",
            "sft_rows", "warmstart"]
