@@ -460,8 +460,9 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         with _lm_head_on_completions_only():
             p = input_ids.shape[1] - logits_to_keep
             pm, cm = attention_mask[:, :p], attention_mask[:, p:]
+            config = getattr(self.accelerator.unwrap_model(model), "config", None)  # DDP: .module
             causal = (self.causal_rows and not compute_aux_loss
-                      and getattr(model.config, "_attn_implementation", None) == "sdpa"
+                      and getattr(config, "_attn_implementation", None) == "sdpa"
                       and causal_layout_applies(pm, cm))
             buckets = None if any(v is not None for v in extra.values()) else self.row_buckets(
                 pm, cm, contiguous=causal)
