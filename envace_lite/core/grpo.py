@@ -613,7 +613,8 @@ def _lm_head_on_completions_only() -> Any:
 
 def causal_layout_applies(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> bool:
     """True when a batch is in TRL's layout with no holes: every prompt row zeros then at least
-    one one, every completion row ones then zeros (``causal_layout``'s assumption).
+    one one, every completion row ones then zeros (``causal_layout``'s assumption; docs/design.md,
+    "TRL integration").
 
     Args:
         prompt_mask: (B, P); completion_mask: (B, C).
@@ -625,7 +626,8 @@ def causal_layout_applies(prompt_mask: torch.Tensor, completion_mask: torch.Tens
 
 def causal_layout(input_ids: torch.Tensor, p: int, p_len: torch.Tensor, c_len: torch.Tensor,
                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of TRL's layout moved to start at column 0, and their completion labels.
+    """Rows of TRL's layout moved to start at column 0, and their completion labels (the
+    ``causal_rows`` layout; docs/design.md, "TRL integration").
 
     Args:
         input_ids: (B, P + C), prompts left-padded to P, completions right-padded (no holes:

@@ -184,7 +184,8 @@ def causal_attention(model: Any) -> Any:
     A mask with padding anywhere else (``rows.padded_at_end_only``), or one passed
     positionally, is passed on. The trainer still sees the mask in its batch (TRL counts tokens
     with it); only the backbone's forward goes without it. A model that does not use SDPA
-    (flash attention skips padding only with a mask) is left alone.
+    (flash attention skips padding only with a mask) is left alone. See docs/design.md, "TRL
+    integration".
 
     Args:
         model: a causal LM (PEFT-wrapped or not) whose ``base_model`` is its backbone.
