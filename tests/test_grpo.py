@@ -381,6 +381,10 @@ def test_causal_rows_logps_equal_trl_layout_and_zero_past_each_completion(tok, t
     holed["completion_mask"][0, 1] = 0
     lp, _, _ = _logps(trainer, model, holed)
     assert calls == [] and lp.shape == out[False, None][0].shape
+    # a model on another attention implementation than SDPA takes TRL's layout too
+    monkeypatch.setattr(model.config, "_attn_implementation", "eager")
+    lp, _, _ = _logps(trainer, model, batch)
+    assert calls == [] and torch.allclose(lp[cm], out[False, None][0][cm], atol=1e-5)
 
 
 def test_packed_rows_count_and_padding(tok, tmp_path):
