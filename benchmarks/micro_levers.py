@@ -207,11 +207,7 @@ def causal_lever(repeats: int, filler: int, k: int = 4, turns: int = 3) -> dict[
         for causal in (False, True):
             trainer.causal_rows = causal
             buckets = trainer.row_buckets(batch["prompt_mask"], batch["completion_mask"])
-            if causal:  # each bucket encodes rows × its longest row
-                total = (batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)).tolist()
-                encoded[causal] = sum(len(b) * max(total[i] for i in b) for b in buckets)
-            else:
-                encoded[causal] = batch_tokens(batch, buckets)["encoded"]
+            encoded[causal] = batch_tokens(batch, buckets, contiguous=causal)["encoded"]
         rel = float((grads[True] - grads[False]).abs().max() / grads[False].norm())
     return out | {"variants": "A: causal_rows=False (TRL layout, padding mask), B: causal_rows=True",
                   "grad_rel_diff": rel, "grad_norm": float(grads[False].norm()),

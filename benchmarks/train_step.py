@@ -113,14 +113,17 @@ def per_output_rows() -> Any:
         grpo.build_rows = original
 
 
-def batch_tokens(batch: dict[str, Any], buckets: list[list[int]] | None = None
-                 ) -> dict[str, int]:
+def batch_tokens(batch: dict[str, Any], buckets: list[list[int]] | None = None,
+                 contiguous: bool = False) -> dict[str, int]:
     """Token counts of a collated trainer batch.
 
     Args:
         batch: ``collate_rows`` output: ``prompt_mask`` (B, P), ``completion_mask`` (B, C),
             ``tool_mask`` (B, C), ``row_role`` (B,); padding rows have ``row_role`` -1.
         buckets: row indices per forward (``RoleWiseGRPOTrainer.row_buckets``); None: one.
+        contiguous: the buckets are in the trainer's ``causal_rows`` layout, where a forward's
+            width is its longest row (prompt + completion) instead of its longest prompt plus
+            its longest completion.
 
     Returns:
         ``rows`` (real rows), ``tokens`` (real prompt + completion tokens of the real rows),
@@ -136,7 +139,9 @@ def batch_tokens(batch: dict[str, Any], buckets: list[list[int]] | None = None
         out["encoded"] = b * width
     else:
         p_len, c_len = pm.sum(1), cm.sum(1)
-        out["encoded"] = sum(len(rows) * int(p_len[rows].max() + c_len[rows].max())
+        total = p_len + c_len
+        out["encoded"] = sum(len(rows) * int(total[rows].max() if contiguous
+                                             else p_len[rows].max() + c_len[rows].max())
                              for rows in buckets)
     return out
 

@@ -49,6 +49,10 @@ def test_batch_tokens_by_hand():
     got = train_step.batch_tokens(batch, buckets=[[0], [1], [2]])
     assert got == {"rows": 2, "tokens": 10, "trained": 4, "padded": 21, "encoded": 5 + 5 + 2}
     assert train_step.batch_tokens(batch)["encoded"] == 21
+    # the causal_rows layout: a forward is as wide as its longest row, 5 for rows 0 and 1 together
+    # (3 + 2 and 1 + 4), where TRL's layout needs 3 + 4
+    assert train_step.batch_tokens(batch, [[0, 1], [2]], contiguous=True)["encoded"] == 2 * 5 + 2
+    assert train_step.batch_tokens(batch, [[0, 1], [2]])["encoded"] == 2 * 7 + 2
 
 
 def test_forward_timer_counts_prefill_and_decode():

@@ -328,6 +328,9 @@ def test_causal_attention_drops_only_masks_padded_at_the_end():
     assert padded_at_end_only(torch.tensor([[1, 1, 0], [1, 1, 1]]))
     assert not padded_at_end_only(torch.tensor([[0, 1, 1], [1, 1, 1]]))  # left padding
     assert not padded_at_end_only(torch.tensor([[1, 0, 1], [1, 1, 1]]))  # a hole
+    assert not padded_at_end_only(torch.tensor([[0, 0, 0], [1, 1, 1]]))  # an empty row
+    assert padded_at_end_only(torch.tensor([[0, 0, 0], [1, 1, 0]]), empty_rows=True)
+    assert not padded_at_end_only(torch.tensor([[0, 0, 1], [1, 1, 0]]), empty_rows=True)
     model, _ = load_policy(get_config("smoke", {"model.hidden_size": 32, "model.num_layers": 1,
                                                 "model.num_heads": 4,
                                                 "model.intermediate_size": 64}))

@@ -621,7 +621,7 @@ def causal_layout_applies(prompt_mask: torch.Tensor, completion_mask: torch.Tens
     """
     return (prompt_mask.shape[1] > 0 and completion_mask.shape[1] > 0
             and padded_at_end_only(prompt_mask.flip(1))
-            and bool((completion_mask[:, 1:] <= completion_mask[:, :-1]).all()))
+            and padded_at_end_only(completion_mask, empty_rows=True))
 
 
 def causal_layout(input_ids: torch.Tensor, p: int, p_len: torch.Tensor, c_len: torch.Tensor,

@@ -136,10 +136,16 @@ def length_buckets(prompt_lens: Sequence[int], completion_lens: Sequence[int],
     return buckets
 
 
-def padded_at_end_only(mask: torch.Tensor) -> bool:
-    """True when every row of ``mask`` (B, L), L ≥ 1, is ones then zeros with at least one one:
-    padding after the last real token only, none before it or between real tokens."""
-    return bool(mask[:, 0].all()) and bool((mask[:, 1:] <= mask[:, :-1]).all())
+def padded_at_end_only(mask: torch.Tensor, empty_rows: bool = False) -> bool:
+    """True when every row of ``mask`` (B, L), L ≥ 1, is ones then zeros: padding after the last
+    real token only, none before it or between real tokens.
+
+    Args:
+        mask: (B, L) of 0/1.
+        empty_rows: accept rows of zeros only (else each row needs at least one one).
+    """
+    return ((empty_rows or bool(mask[:, 0].all()))
+            and bool((mask[:, 1:] <= mask[:, :-1]).all()))
 
 
 def output_lengths(rows: Rows, n_outputs: int) -> torch.Tensor:
