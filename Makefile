@@ -25,7 +25,7 @@ PYTEST_ARGS ?=
 OMP_WAIT_POLICY ?= PASSIVE
 export OMP_WAIT_POLICY
 
-.PHONY: setup run test test-all clean-venv
+.PHONY: setup run test test-all clean-venv gpu-kit
 
 setup: $(VENV)/.installed
 
@@ -51,6 +51,10 @@ test: setup
 # every tier that runs on CPU, including the hand-run real-model tests
 test-all: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "" $(PYTEST_ARGS)
+
+# the wheels the lent GPU machine lacks, for Python 3.12, into .whl/ (benchmarks/gpu_kit.py)
+gpu-kit: setup
+	$(PY) benchmarks/gpu_kit.py --out .whl
 
 clean-venv:
 	rm -rf $(VENV)

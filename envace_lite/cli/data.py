@@ -9,6 +9,7 @@ Commands::
     envace-lite drills show lookup:W2611340                   # one registered drill
     envace-lite drills baselines --suite tau2-retail-drills   # the scripted baselines
     envace-lite drills report --run DIR --run DIR --out DIR   # held-out success with CIs
+    envace-lite drills reading --eval DIR --out FILE          # ids, facts, writes of an eval
     envace-lite drills copy-base --out data/micro_base        # rebuild the shipped micro base
     envace-lite data build --suite tau2-telecom               # derived tasks into the cache
     envace-lite data card                                     # data/card.json
@@ -281,6 +282,56 @@ def drills_report(
             name = f"s{sd}" if sd != "pooled" else "seeds " + ", ".join(map(str, v["seeds"]))
             typer.echo(f"{mode} - {group} ({name}): {100 * d['diff']:+.1f} "
                        f"[{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]")
+
+
+@drills_app.command("reading")
+@drill_errors
+def drills_reading(
+    eval_dir: str = typer.Option(..., "--eval", help="an envace-lite eval folder on a drills suite"),
+    warmstart: str = typer.Option("", help="the warm-start run folder of the policy evaluated "
+                                  "(its SFT steps, time and rows go into the record)"),
+    name: str = typer.Option("", help="the lever's name in the record"),
+    load: float = typer.Option(-1.0, help="the 1-minute load average when the SFT started"),
+    command: str = typer.Option("", help="the commands that made the policy and the evaluation"),
+    out: str = typer.Option("", help="write the record (JSON) here"),
+) -> None:
+    """What a drills evaluation says about reading: success per tier and class, correct ids in
+    real calls, fact-exact replies, writes made and right (``drills/reading.py``)."""
+    from envace_lite.course.helpers import git_commit
+    from envace_lite.drills.reading import read_rows, reading_metrics
+
+    folder = existing_folder(eval_dir, "--eval", "results.jsonl")
+    rows = read_rows(folder / "results.jsonl")
+    splits = sorted({str(r.get("split", "")) for r in rows})
+    record: dict = {"point": name or folder.name, "split": ",".join(splits),
+                    "suite": ",".join(sorted({r["suite"] for r in rows})),
+                    **reading_metrics(rows), "code_commit": git_commit()}
+    if warmstart:
+        ws = existing_folder(warmstart, "--warmstart", "summary.json")
+        summary = json.loads((ws / "summary.json").read_text())
+        cfg = json.loads((ws / "config.json").read_text()) if (ws / "config.json").exists() else {}
+        sft = summary.get("sft", {})
+        record["warmstart"] = {
+            "config": {k: v for k, v in cfg.get("warmstart", {}).items()},
+            "checkpoint": cfg.get("model", {}).get("checkpoint", ""),
+            "rows": {k: summary.get("rows", {}).get(k) for k in
+                     ("act_rows", "rehearse_rows", "tokens", "rows_too_long")},
+            "steps": sft.get("steps"), "seconds": summary.get("seconds"),
+            "loss_first": sft.get("loss_first"), "loss_last": sft.get("loss_last")}
+    if load >= 0:
+        record["load_at_start"] = load
+    if command:
+        record["commands"] = command
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(record, indent=1) + "\n")
+    s, ids, fact = record["success"], record["correct_ids"], record["fact_exact"]
+    pct = lambda v: "n/a" if v["rate"] is None else f"{100 * v['rate']:.1f} %"  # noqa: E731
+    typer.echo(f"{record['point']}: success {s['n']}/{s['of']} ({pct(s)}); "
+               + ", ".join(f"{t} {v['n']}/{v['of']}" for t, v in record["per_tier"].items())
+               + f"; correct ids {ids['n']}/{ids['of']} ({pct(ids)}); fact exact "
+               f"{fact['n']}/{fact['of']}; writes made {record['writes_made']}, right "
+               f"{record['writes_right']}; errors {record['errors']}")
 
 
 @drills_app.command("sweep")
