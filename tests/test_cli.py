@@ -131,7 +131,7 @@ def test_command_names_and_their_order():
         "eval", "fidelity", "check-benchmarks", "train", "warmstart", "experiment", "notebooks",
         "data", "drills"]
     assert list(group.commands["drills"].list_commands(None)) == [
-        "generate", "show", "baselines", "explain", "report", "sweep", "copy-base"]
+        "generate", "show", "baselines", "explain", "report", "reading", "sweep", "copy-base"]
     assert list(group.commands["data"].list_commands(None)) == ["build", "card"]
 
 
