@@ -106,3 +106,85 @@ def test_manifest_records_the_command_and_its_measured_result():
     assert manifest["command"].startswith("envace-lite ")
     assert 0 <= manifest["result"]["exact_copies"] <= 100
     assert manifest["result"]["steps"] == 300
+
+
+def _rewrite_manifest(dst, change):
+    m = json.loads((dst / MANIFEST).read_text())
+    change(m)
+    (dst / MANIFEST).write_text(json.dumps(m, indent=1) + "\n")
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda m: m.clear() or m.update({"recipe": {}}), "sha256"),                 # MB6
+    (lambda m: m["recipe"].update({"pretrain_steps": 301}), "sha256"),           # MB8
+    (lambda m: m.update({"files": {}}), "sha256"),                               # MB7
+])
+def test_a_damaged_manifest_stops_before_any_base_is_trained(tmp_path, monkeypatch, damage, words):
+    """MB6, MB7, MB8: every change of the shipped manifest stops on the pinned hash, one line;
+    the drills profile never falls back to training a base of its own."""
+    from envace_lite.drills import copy_warmup
+    from envace_lite.models import micro_base
+    from envace_lite.models.load import load_policy
+
+    dst = _copy(tmp_path)
+    _rewrite_manifest(dst, damage)
+    with pytest.raises(BaseHashError) as err:
+        verify(dst)
+    assert "\n" not in str(err.value) and MANIFEST in str(err.value) and words in str(err.value)
+    assert REBUILD in str(err.value)
+
+    def never(*args, **kwargs):
+        raise AssertionError("a base of its own was trained")
+
+    monkeypatch.setattr(copy_warmup, "train_copy", never)
+    monkeypatch.setattr(copy_warmup, "copy_base", never)
+    monkeypatch.setattr(micro_base, "BASE_DIR", dst)
+    monkeypatch.setattr(matches, "__defaults__", (dst,))
+    with pytest.raises(BaseHashError):
+        load_policy(get_config("drills"))
+
+
+def test_manifest_structure_is_checked_when_not_pinned(tmp_path):
+    """MB5 and the structure checks, on a base built elsewhere (no pin): not JSON, no files,
+    a required file not listed, a recipe without its fields; each one line naming the file."""
+    from envace_lite.models.micro_base import read_manifest
+
+    dst = _copy(tmp_path)
+    (dst / MANIFEST).write_text('{"files": {')
+    with pytest.raises(BaseHashError, match="not JSON"):  # pinned: the hash stops it first
+        read_manifest(dst, pinned=None)
+    with pytest.raises(BaseHashError, match="sha256"):
+        read_manifest(dst)
+    for body, words in (({"files": {}, "recipe": {}}, "lists no files"),
+                        ({"files": {"config.json": "x"}, "recipe": {}}, "does not list"),
+                        ({"files": {n: "x" for n in ("config.json", "model.safetensors",
+                                                      "tokenizer.json")}, "recipe": {}},
+                         "recipe lacks")):
+        (dst / MANIFEST).write_text(json.dumps(body))
+        with pytest.raises(BaseHashError, match=words) as err:
+            read_manifest(dst, pinned=None)
+        assert "\n" not in str(err.value) and str(dst / MANIFEST) in str(err.value)
+
+
+def test_a_listed_file_that_is_a_device_or_too_large_stops_at_once(tmp_path):
+    """MB10: a link to /dev/zero is refused before hashing; a file of another size too."""
+    dst = _copy(tmp_path)
+    weights = dst / "model.safetensors"
+    weights.unlink()
+    weights.symlink_to("/dev/zero")
+    with pytest.raises(BaseHashError, match="not a regular file"):
+        verify(dst)
+    weights.unlink()
+    shutil.copy(BASE_DIR / "model.safetensors", weights)
+    with open(weights, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(BaseHashError, match=r"has \d+ bytes, its manifest records \d+"):
+        verify(dst)
+
+
+def test_the_pinned_hash_is_the_shipped_manifest():
+    from envace_lite.models.micro_base import SHIPPED_MANIFEST_SHA256
+
+    assert sha256(BASE_DIR / MANIFEST) == SHIPPED_MANIFEST_SHA256
+    manifest = verify()
+    assert manifest["sizes"] == {n: (BASE_DIR / n).stat().st_size for n in manifest["files"]}

@@ -13,7 +13,12 @@ Outcomes (``tests/test_micro_base.py``):
 * the shipped folder loads: ``(model, tokenizer)``, the model in eval mode, fp32;
 * a file whose sha256 differs from the manifest stops with ``BaseHashError``, one line;
 * a missing file (or manifest) stops with ``BaseMissingError``, one line that names the rebuild
-  command (``REBUILD``).
+  command (``REBUILD``);
+* a damaged manifest (not JSON, no files, a changed recipe or result: any byte other than the
+  shipped one's, ``SHIPPED_MANIFEST_SHA256``) and a listed file that is not a regular file or is
+  larger than its recorded size stop with ``BaseHashError``, one line naming the file, before
+  any file is hashed: a damaged manifest never makes the ``drills`` profile train a base of its
+  own (only a config that asks for another recipe does, ``matches``).
 
 Both errors are ``ConfigError`` s, so the CLI prints the line and exits 2.
 
@@ -40,6 +45,14 @@ MANIFEST = "manifest.json"
 
 REBUILD = "envace-lite drills copy-base --out data/micro_base"
 """The command that rebuilds the shipped base (about 12 minutes on 2 CPU cores)."""
+
+
+SHIPPED_MANIFEST_SHA256 = "fb62057ad6bdfb9caf143feb40c384b37637e14233b503d742e4006f0d71a78f"
+"""The sha256 of ``data/micro_base/manifest.json``: the shipped base is loaded only under this
+manifest. A rebuilt base (``REBUILD``) has a manifest of its own; pin its sha256 here."""
+
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+"""Files every base manifest must list."""
 
 
 class BaseMissingError(ConfigError):
@@ -84,35 +97,86 @@ def write_manifest(folder: str | Path, command: str, result: dict[str, Any],
         built_with: its ``recipe``.
 
     Returns:
-        The manifest: ``{"files": {name: sha256}, "command", "result", "recipe"}``.
+        The manifest: ``{"files": {name: sha256}, "sizes": {name: bytes}, "command", "result",
+        "recipe"}``.
     """
     folder = Path(folder)
-    files = {p.name: sha256(p) for p in sorted(folder.iterdir())
-             if p.is_file() and p.name != MANIFEST}
-    manifest = {"files": files, "command": command, "result": result, "recipe": built_with}
+    paths = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST]
+    manifest = {"files": {p.name: sha256(p) for p in paths},
+                "sizes": {p.name: p.stat().st_size for p in paths},
+                "command": command, "result": result, "recipe": built_with}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
-def verify(folder: str | Path = BASE_DIR) -> dict[str, Any]:
-    """Check every file the manifest of ``folder`` lists against its sha256.
+def read_manifest(folder: str | Path = BASE_DIR,
+                  pinned: str | None = SHIPPED_MANIFEST_SHA256) -> dict[str, Any]:
+    """The manifest of ``folder``, checked before any listed file is read.
+
+    Args:
+        folder: a base folder.
+        pinned: the sha256 the manifest file must have (the shipped one's by default; None
+            for a base built elsewhere, checked by its structure only).
+
+    Returns:
+        The manifest: ``{"files", "command", "result", "recipe"}`` (and ``sizes``).
+
+    Raises:
+        BaseMissingError: no manifest (names ``REBUILD``).
+        BaseHashError: the manifest is not a regular file, differs from ``pinned``, is not JSON,
+            or lists no files, misses one of ``REQUIRED_FILES`` or has no recipe.
+    """
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        raise BaseMissingError(f"micro base: {path} is missing; rebuild with `{REBUILD}`")
+    damaged = f"micro base: {path} is damaged ({{}}); restore it (git checkout {path}) or " \
+              f"rebuild with `{REBUILD}`"
+    if not path.is_file():
+        raise BaseHashError(damaged.format("not a regular file"))
+    if pinned is not None and (got := sha256(path)) != pinned:
+        raise BaseHashError(damaged.format(f"sha256 {got[:16]}…, the shipped manifest's is "
+                                           f"{pinned[:16]}…"))
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BaseHashError(damaged.format(f"not JSON: {e}")) from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise BaseHashError(damaged.format("it lists no files"))
+    if missing := [f for f in REQUIRED_FILES if f not in files]:
+        raise BaseHashError(damaged.format(f"it does not list {', '.join(missing)}"))
+    if not isinstance(manifest.get("recipe"), dict) or set(RECIPE_FIELDS) - set(manifest["recipe"]):
+        raise BaseHashError(damaged.format("its recipe lacks fields of RECIPE_FIELDS"))
+    return manifest
+
+
+def verify(folder: str | Path = BASE_DIR,
+           pinned: str | None = SHIPPED_MANIFEST_SHA256) -> dict[str, Any]:
+    """Check the manifest of ``folder`` (``read_manifest``), then every file it lists against
+    its size and sha256.
 
     Returns:
         The manifest.
 
     Raises:
         BaseMissingError: no manifest, or a listed file is missing (names ``REBUILD``).
-        BaseHashError: a file's sha256 differs from the manifest's.
+        BaseHashError: a damaged manifest (``read_manifest``); a listed file that is not a
+            regular file (a device, a folder; a link is followed), larger than its recorded
+            size, or whose sha256 differs from the manifest's.
     """
     folder = Path(folder)
-    path = folder / MANIFEST
-    if not path.exists():
-        raise BaseMissingError(f"micro base: {path} is missing; rebuild with `{REBUILD}`")
-    manifest = json.loads(path.read_text())
+    manifest = read_manifest(folder, pinned)
+    sizes = manifest.get("sizes", {})
     for name, want in manifest["files"].items():
         f = folder / name
         if not f.exists():
             raise BaseMissingError(f"micro base: {f} is missing; rebuild with `{REBUILD}`")
+        if not f.is_file():  # /dev/zero behind a link would hash forever
+            raise BaseHashError(f"micro base: {f} is not a regular file; restore it or rebuild "
+                                f"with `{REBUILD}`")
+        if name in sizes and (size := f.stat().st_size) != sizes[name]:
+            raise BaseHashError(f"micro base: {f} has {size} bytes, its manifest records "
+                                f"{sizes[name]}: the file is damaged or not the shipped one")
         got = sha256(f)
         if got != want:
             raise BaseHashError(f"micro base: {f} has sha256 {got[:16]}…, its manifest records "
@@ -127,12 +191,10 @@ def matches(cfg: Any, folder: str | Path = BASE_DIR) -> bool:
     study (``drills.copy_warmup.copy_base``).
 
     Raises:
-        BaseMissingError: no manifest (names ``REBUILD``).
+        BaseMissingError, BaseHashError: a missing or damaged manifest (``read_manifest``): a
+            damaged recipe is never read as another recipe.
     """
-    path = Path(folder) / MANIFEST
-    if not path.exists():
-        raise BaseMissingError(f"micro base: {path} is missing; rebuild with `{REBUILD}`")
-    built = json.loads(path.read_text()).get("recipe", {})
+    built = read_manifest(folder)["recipe"]
     return all(built.get(k) == v for k, v in recipe(cfg).items())
 
 
@@ -162,5 +224,5 @@ def load_base(folder: str | Path = BASE_DIR) -> tuple[Any, Any]:
 
 
 __all__ = ["BASE_DIR", "BaseHashError", "BaseMissingError", "MANIFEST", "REBUILD", "RECIPE_FIELDS",
-           "load_base", "load_tokenizer", "matches", "recipe", "sha256", "verify",
-           "write_manifest"]
+           "REQUIRED_FILES", "SHIPPED_MANIFEST_SHA256", "load_base", "load_tokenizer", "matches",
+           "read_manifest", "recipe", "sha256", "verify", "write_manifest"]
