@@ -274,8 +274,8 @@ def check_checkpoint(checkpoint: str | Path, cfg: Any, allow_mismatch: bool = Fa
         The checkpoint's record, or None when it has none (written before records existed).
 
     Raises:
-        ConfigError: the folder is absent, or it was trained under another profile,
-            ``model.kind`` or ``model.name`` (unless ``allow_mismatch``).
+        ConfigError: the folder is absent, its record is not JSON, or it was trained under
+            another profile, ``model.kind`` or ``model.name`` (unless ``allow_mismatch``).
     """
     folder = Path(checkpoint)
     if not folder.is_dir():
@@ -283,7 +283,14 @@ def check_checkpoint(checkpoint: str | Path, cfg: Any, allow_mismatch: bool = Fa
     path = folder / CHECKPOINT_RECORD
     if not path.exists():
         return None
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{name} {checkpoint}: its {CHECKPOINT_RECORD} is damaged (not JSON: "
+                          f"{getattr(e, 'msg', e)}); remove it to load the checkpoint without "
+                          "the profile check, or rewrite it from the run's config.json") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{name} {checkpoint}: its {CHECKPOINT_RECORD} is not a JSON object")
     mine = {"profile": cfg.profile, "model.kind": cfg.model.kind, "model.name": cfg.model.name}
     diffs = [f"{k} {record.get(k)!r} (now {v!r})" for k, v in mine.items() if record.get(k) != v]
     if diffs:

@@ -176,6 +176,20 @@ BAD_INPUTS = [
     (["drills", "report", "--run", "{tmp}"], "holds no summary.json"),
     (["drills", "sweep", "--baseline", MISSING, "--run", MISSING], "--baseline"),
     (["check-benchmarks", "--suite", "bfcl-base", "--sample", "-1"], "--sample=-1"),
+    # D15, D16: experiment's held-out split, checked before the warm start
+    (["experiment", "--set", "eval.split=bogus"], "unknown split 'bogus'"),
+    (["experiment", "--set", "eval.split=validation"], "unknown split 'validation'"),
+    (["warmstart", "--set", 'grpo.suites=["tau2-bogus"]'], "grpo.suites: unknown suite"),
+    (["train", "--set", 'grpo.suites=["bfcl-bse"]'], "grpo.suites: unknown suite 'bfcl-bse'"),
+    # R1: a strategy without rehearsal is refused, not dropped
+    (["eval", "--suite", "bfcl-base", "--strategy", "select"],
+     "--strategy select applies to private rehearsal"),
+    # S8: a malformed checkpoint record
+    (["eval", "--suite", "bfcl-base", "--checkpoint", "{tmp}/badrecord"],
+     "envace_checkpoint.json is damaged (not JSON"),
+    # D19: an empty baselines file is named
+    (["drills", "explain", "--baselines", "{tmp}/empty.json", "--run", "{tmp}/empty.json"],
+     "--baselines {tmp}/empty.json is empty"),
     (["eval", "--suite", "bfcl-base", "--limit", "1"], "cannot create the run folder"),  # read-only
     (["train"], "cannot create the run folder"),  # a runs folder that is a file
 ]
@@ -195,7 +209,11 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, monkeypatch, a
     if "cannot create" in message:  # a runs root no folder can be made under
         runs.write_text("a file where the runs folder should be")
     monkeypatch.setenv("ENVACE_RUNS", str(runs))
+    (tmp_path / "badrecord").mkdir()
+    (tmp_path / "badrecord" / "envace_checkpoint.json").write_text('{"profile": ')
+    (tmp_path / "empty.json").write_text("")
     args = [a.format(tmp=tmp_path, dead=_dead_url()) for a in args]
+    message = message.format(tmp=tmp_path)
     if args[0] in PROFILED:
         args = [args[0], "--profile", "smoke", *args[1:]]
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import typer
 
-from envace_lite.cli.errors import drill_errors, existing_folder, user_errors
+from envace_lite.cli.errors import drill_errors, existing_folder, read_json_file, user_errors
 from envace_lite.config import ConfigError, first_tasks
 from envace_lite.progress import progress
 
@@ -214,7 +214,7 @@ def drills_explain(
 
     if start and len(start) != len(run):
         raise ValueError(f"give one --start per --run ({len(run)}), or none")
-    rep = json.loads(Path(baselines).read_text())
+    rep = read_json_file(baselines, "--baselines")
     base: dict = {}
     for suite_rep in rep["suites"].values():
         if baseline not in suite_rep["baselines"]:
@@ -260,7 +260,7 @@ def drills_report(
     for name, folders in (("--run", run), ("--control", control)):
         for folder in folders:  # finished experiment folders, before any report
             existing_folder(folder, name, "summary.json")
-            if "points" not in json.loads((Path(folder) / "summary.json").read_text()):
+            if "points" not in read_json_file(Path(folder) / "summary.json", name):
                 raise ConfigError(f"{name} {folder}: its summary.json holds no held-out points "
                                   "(pass a folder written by envace-lite experiment)")
     rep = report(run, control, None if step < 0 else step)

@@ -103,6 +103,46 @@ def checkpoint_option(path: str, cfg: Config, name: str, allow_mismatch: bool = 
         check_checkpoint(path, cfg, allow_mismatch, name)
 
 
+def check_run_suites(cfg: Config, heldout: bool) -> None:
+    """The training suites (``grpo.suites``, train split) and, with ``heldout``, the held-out
+    ones (``eval.suites`` at ``eval.split``), as ``eval`` checks them: before any run folder or
+    model, so a mistake costs no warm start.
+
+    Raises:
+        ConfigError: an unknown suite or a split it lacks (``evaluate.check_suites``'s line).
+    """
+    from envace_lite.envs import list_tasks
+    from envace_lite.pipelines.evaluate import check_suites
+
+    try:
+        for suite in cfg.grpo.suites:
+            list_tasks(suite, "train")
+    except KeyError as e:
+        raise ConfigError(f"grpo.suites: {e.args[0] if e.args else e}") from None
+    if heldout:
+        check_suites(list(cfg.eval.suites), cfg.eval.split, cfg.eval.user_url)
+
+
+def read_json_file(path: str | Path, name: str) -> Any:
+    """The JSON value of the file an option names.
+
+    Raises:
+        ConfigError: the file is absent, unreadable, empty or not JSON (one line naming the
+            option and the file).
+    """
+    import json
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"{name} {path}: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "is empty" if not text.strip() else f"is not JSON ({e.msg}, line {e.lineno})"
+        raise ConfigError(f"{name} {path} {what}") from None
+
+
 def make_run_folder(out: str, command: str, profile: str, seed: int, root: str) -> Path:
     """The run folder: ``out`` (created when absent), or a new
     ``runs/<command>/<profile>__s<seed>__<time>/`` (``paths.new_run_dir``). Call it after every

@@ -36,6 +36,7 @@ import typer
 from envace_lite.cli.data import check_benchmarks, data_app, drills_app
 from envace_lite.cli.errors import (
     STATE,
+    check_run_suites,
     checkpoint_option,
     config_for,
     existing_folder,
@@ -207,6 +208,9 @@ def eval_cmd(
         final.update({"eval.user_url": user_url, "eval.user_model": user_model})
     cfg = resolve_config(profile, [], set_, final=final, extra={
         "run.seed": seed, "eval.split": split, "rehearsal.mode": rehearsal})
+    if strategy is not None and cfg.rehearsal.mode == "none" and not sweep:  # else dropped
+        raise ConfigError(f"--strategy {strategy} applies to private rehearsal: add --rehearsal "
+                          "parallel (or sequential) and --n")
     # every option before any run folder or model: all suites and the split, the USER URL,
     # the checkpoints, and (last, one request) that the USER endpoint answers
     suites = suite or cfg.eval.suites
@@ -327,6 +331,7 @@ def train_cmd(
     except ValueError as e:  # an invalid combination (Config.finalize): one line
         raise e if isinstance(e, ConfigError) else ConfigError(str(e)) from None
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint", allow_profile_mismatch)
+    check_run_suites(cfg, heldout=False)
     start = time.perf_counter()
     out = train(cfg, run_dir or None)  # it checks the rest before it makes the run folder
     typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
@@ -347,6 +352,7 @@ def warmstart_cmd(
 
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed})
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
+    check_run_suites(cfg, heldout=False)
     folder = make_run_folder(run_dir, "warmstart", cfg.profile, seed, cfg.run.runs_root)
     start = time.perf_counter()
     out = warmstart(cfg, folder, measure=measure)
@@ -394,6 +400,7 @@ def experiment_cmd(
              if value is not None}
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed}, final=final)
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
+    check_run_suites(cfg, heldout=True)  # before the warm start, as eval checks them
     if warmstart_dir:
         from envace_lite.pipelines.sft import CHECKPOINT
 
