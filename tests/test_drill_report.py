@@ -302,3 +302,47 @@ def test_seed_task_bootstrap_counts_seed_variance():
     assert (r["lo"], r["hi"], r["excludes_zero"]) == (1.0, 1.0, True)
     with pytest.raises(ValueError, match="1 starts for 2 finals"):
         seed_task_bootstrap([zero], [ones, ones])
+
+
+def test_report_refuses_points_with_error_rows_unless_told(tmp_path):
+    """G11: a point whose episodes ended in errors left them out of its score; the report names
+    it and refuses, or with allow_errors pairs the tasks both points scored."""
+    shared = _run(tmp_path / "shared", "shared", [0, 0, 1, 1], [1, 0, 1, 1])
+    summary = json.loads((shared / "summary.json").read_text())
+    final = summary["points"][-1]
+    del final["per_task"][f"{S}|cancel:W3"]  # its episode crashed: not scored
+    final.update(errors=1, error_tasks=[f"{S}|cancel:W3"], committed_reward=2 / 3)
+    (shared / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"after_envace step 2: 1\).*--allow-errors"):
+        report([shared])
+    run = report([shared], allow_errors=True)["runs"][0]
+    # paired on lookup:W1, lookup:W2, return:W4: 0, 0, 1 -> 1, 0, 1
+    assert run["errors"] == 1 and run["gain"]["tasks"] == 3 and run["gain"]["diff"] == 1 / 3
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(shared)])
+    assert res.exit_code == 2 and "--allow-errors" in res.output
+    res = CliRunner().invoke(app, ["drills", "report", "--run", str(shared), "--allow-errors"])
+    assert res.exit_code == 0 and "(1 error rows left out)" in res.output, res.output
+
+
+def test_heldout_point_keeps_error_rows_apart(monkeypatch):
+    """G11: two scored episodes (1.0, 0.0) and one that crashed: the reward is 0.5 over 2 tasks,
+    not 1/3 over 3, and the crashed task is named and absent from per_task."""
+    from envace_lite.config import get_config
+    from envace_lite.pipelines import evaluate, fidelity
+    from envace_lite.pipelines import learning_curve as lc
+
+    rows = [{"suite": S, "task_id": "lookup:W1", "reward": 1.0, "real_calls": 1, "error": ""},
+            {"suite": S, "task_id": "lookup:W2", "reward": 0.0, "real_calls": 0, "error": ""},
+            {"suite": S, "task_id": "cancel:W3", "reward": None, "real_calls": 0,
+             "error": "RuntimeError: boom"}]
+    monkeypatch.setattr(evaluate, "as_policy", lambda *a, **k: type("P", (), {
+        "generator": None, "tokenizer": None})())
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: rows)
+    monkeypatch.setattr(fidelity, "audit", lambda *a, **k: {"held_out": {"overall": {
+        "exact_match": 0.0, "error_agreement": 0.0, "pairs": 0}}})
+    p = lc.heldout_point(get_config("smoke"), "base", "after_sft", 0, eval_limit=3,
+                         fidelity_limit=0)
+    assert (p["committed_reward"], p["tasks"], p["errors"]) == (0.5, 2, 1)
+    assert p["error_tasks"] == [f"{S}|cancel:W3"]
+    assert p["per_task"] == {f"{S}|lookup:W1": 1.0, f"{S}|lookup:W2": 0.0}
+    assert p["tool_call_share"] == 0.5

@@ -252,6 +252,8 @@ def drills_report(
                                       "predates its reward_control field"),
     out: str = typer.Option("", help="write report.json and effect.png here"),
     step: int = typer.Option(-1, help="compare every run at this RL step (-1: its last point)"),
+    allow_errors: bool = typer.Option(False, help="compare points holding episodes that ended "
+                                      "in an error, on the tasks both scored (refused otherwise)"),
 ) -> None:
     """Held-out success per mode and seed on the drills, with paired bootstrap 95 % CIs; with
     control runs (``study.reward_control=shuffle``), real − control on the same warm starts."""
@@ -263,7 +265,7 @@ def drills_report(
             if "points" not in read_json_file(Path(folder) / "summary.json", name):
                 raise ConfigError(f"{name} {folder}: its summary.json holds no held-out points "
                                   "(pass a folder written by envace-lite experiment)")
-    rep = report(run, control, None if step < 0 else step)
+    rep = report(run, control, None if step < 0 else step, allow_errors=allow_errors)
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
@@ -272,7 +274,8 @@ def drills_report(
         g = r["gain"]
         typer.echo(f"{r['group']:>14} s{r['seed']}: after SFT {100 * r['sft']:.1f} % -> "
                    f"{100 * r['final']:.1f} %  gain {100 * g['diff']:+.1f} "
-                   f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks")
+                   f"[{100 * g['lo']:+.1f}, {100 * g['hi']:+.1f}] on {g['tasks']} tasks"
+                   + (f" ({r['errors']} error rows left out)" if r["errors"] else ""))
     for mode, v in rep["vs_shared"].items():
         typer.echo(f"{mode} - shared (seeds {', '.join(map(str, v['seeds']))}): "
                    f"{100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]")

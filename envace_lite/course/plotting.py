@@ -279,7 +279,8 @@ def plot_training_curves(metrics: Any, heldout: list[dict[str, Any]] | None = No
                  + (f" (moving avg {smooth})" if smooth > 1 else ""))
         ax.plot(xs, _smooth(ys, smooth), color=color, lw=1.8, label=label)
         for key, text, col, marker in HELDOUT_SERIES:
-            pts = sorted((float(c["step"]), float(c[key]), c.get("stage", ""))
+            pts = sorted((float(c["step"]), float(c[key]), c.get("stage", "")
+                          + (f" ({c['errors']} errors apart)" if c.get("errors") else ""))
                          for c in heldout or [] if c.get(key) is not None)
             if not pts:
                 continue

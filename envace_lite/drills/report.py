@@ -91,8 +91,25 @@ def _seed_mean(per_seed: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.fmean(x[k] for x in per_seed) for k in keys}
 
 
+def _check_errors(run: dict[str, Any], points: list[dict[str, Any] | None],
+                  allow: bool) -> int:
+    """The error rows of the points a run is compared at; refused unless ``allow``.
+
+    Raises:
+        ValueError: a point holds episodes that ended in an error and ``allow`` is False.
+    """
+    bad = [(p["stage"], p["step"], p["errors"]) for p in points if p and p.get("errors")]
+    if bad and not allow:
+        where = ", ".join(f"{st} step {sp}: {n}" for st, sp, n in bad)
+        raise ValueError(f"{run['folder']}: held-out points with episodes that ended in an error "
+                         f"({where}); they are left out of the score, so the compared points "
+                         "cover different tasks: rerun them, or pass --allow-errors to compare "
+                         "on the tasks both scored")
+    return sum(n for _, _, n in bad)
+
+
 def report(folders: list[str | Path], controls: list[str | Path] = (),
-           step: int | None = None) -> dict[str, Any]:
+           step: int | None = None, allow_errors: bool = False) -> dict[str, Any]:
     """The reproduction's numbers (see the module docstring).
 
     Args:
@@ -102,6 +119,8 @@ def report(folders: list[str | Path], controls: list[str | Path] = (),
             (read as ``reward_control="shuffle"``).
         step: compare every run at this RL step (its ``step`` or ``after_envace`` point)
             instead of at its last ``after_envace`` point; None: the last one.
+        allow_errors: compare points that hold episodes ended in an error (on the tasks both
+            points scored; each run row counts them in ``errors``); refused otherwise.
 
     Returns:
         ``{"runs": [{mode, reward_control, group, seed, sft, final, gain (paired CI),
@@ -117,7 +136,8 @@ def report(folders: list[str | Path], controls: list[str | Path] = (),
         ``vs_shared``.
 
     Raises:
-        ValueError: two folders of the same group and seed (their results would be mixed).
+        ValueError: two folders of the same group and seed (their results would be mixed),
+            or a compared point with error rows without ``allow_errors``.
         KeyError: a run lacks its ``after_sft`` point, or the point at ``step``.
     """
     runs = [load_run(f) for f in folders] + [load_run(f, "shuffle") for f in controls]
@@ -131,11 +151,12 @@ def report(folders: list[str | Path], controls: list[str | Path] = (),
         sft = _point(r, "after_sft")
         final = _point(r, "after_envace") if step is None else _at_step(r, step)
         base = _point(r, "before_sft", optional=True)
+        errors = _check_errors(r, [sft, final], allow_errors)
         curve = [(p["step"], p["committed_reward"]) for p in r["points"]
                  if p["stage"] in ("after_sft", "step", "after_envace")]
         out["runs"].append({
             "mode": r["mode"], "reward_control": r["reward_control"], "group": r["group"],
-            "seed": r["seed"], "folder": r["folder"],
+            "seed": r["seed"], "folder": r["folder"], "errors": errors,
             "before_sft": (base or {}).get("committed_reward"),
             "sft": sft["committed_reward"], "final": final["committed_reward"],
             "gain": paired_bootstrap(sft["per_task"], final["per_task"]),

@@ -44,6 +44,7 @@ from typing import Any
 from envace_lite.config import Config, ConfigError, first_tasks
 from envace_lite.pipelines import heldout_background as heldout_bg
 from envace_lite.pipelines.heldout_background import SNAPSHOTS
+from envace_lite.pipelines.tables import is_error
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -72,9 +73,12 @@ def heldout_point(cfg: Config, checkpoint: str, stage: str, step: int, *, eval_l
         seed: sampling seed of the loaded generator (decoding is greedy here).
 
     Returns:
-        ``{"stage", "step", "committed_reward" (mean over tasks, in [0, 1]), "tasks",
+        ``{"stage", "step", "committed_reward" (mean over the scored tasks, in [0, 1]),
+        "tasks" (scored), "errors", "error_tasks" (episodes that ended in an error,
+        ``tables.is_error``: counted apart, in no score and not in ``per_task``),
         "tool_call_share" (share of tasks with ≥ 1 real call), "fidelity_exact",
-        "fidelity_error_agreement", "fidelity_pairs", "seconds"}``.
+        "fidelity_error_agreement", "fidelity_pairs", "seconds", "per_task",
+        "failed_real_calls"}``.
     """
     from envace_lite.pipelines.evaluate import as_policy, evaluate
     from envace_lite.pipelines.fidelity import audit
@@ -85,22 +89,28 @@ def heldout_point(cfg: Config, checkpoint: str, stage: str, step: int, *, eval_l
     policy = as_policy(checkpoint, c, seed=seed)
     rows = evaluate(policy, list(c.eval.suites), cfg=c, limit=eval_limit, decoding="greedy",
                     rehearsal="none", seed=seed)
-    rewards = [float(r["reward"] or 0.0) for r in rows]
+    scored = [r for r in rows if not is_error(r)]  # a crashed episode is no failure: apart
+    errors = [f"{r['suite']}|{r['task_id']}" for r in rows if is_error(r)]
+    if errors:
+        log.warning("held-out %s (step %d): %d of %d episodes ended in an error and are left "
+                    "out of the score: %s", stage, step, len(errors), len(rows),
+                    ", ".join(errors[:5]) + (" ..." if len(errors) > 5 else ""))
+    rewards = [float(r["reward"] or 0.0) for r in scored]
     report = audit((policy.generator, policy.tokenizer), list(c.eval.suites), c,
                    limit=fidelity_limit, sources=("gold",), upper_bound=False)
     held = report["held_out"]["overall"]
     point = {
         "stage": stage, "step": step,
         "committed_reward": statistics.fmean(rewards) if rewards else None,
-        "tasks": len(rows),
-        "tool_call_share": (sum(1 for r in rows if r.get("real_calls", 0) > 0) / len(rows)
-                            if rows else None),
+        "tasks": len(scored), "errors": len(errors), "error_tasks": errors,
+        "tool_call_share": (sum(1 for r in scored if r.get("real_calls", 0) > 0) / len(scored)
+                            if scored else None),
         "fidelity_exact": held["exact_match"], "fidelity_error_agreement": held["error_agreement"],
         "fidelity_pairs": held["pairs"], "seconds": round(time.perf_counter() - start, 1),
         # per task, for paired bootstrap CIs between checkpoints and modes (same task ids)
-        "per_task": {f"{r['suite']}|{r['task_id']}": float(r["reward"] or 0.0) for r in rows},
-        "failed_real_calls": (statistics.fmean(r.get("failed_real_calls", 0) for r in rows)
-                              if rows else None),
+        "per_task": {f"{r['suite']}|{r['task_id']}": float(r["reward"] or 0.0) for r in scored},
+        "failed_real_calls": (statistics.fmean(r.get("failed_real_calls", 0) for r in scored)
+                              if scored else None),
     }
     log.info("held-out %s (step %d): committed reward %s on %d tasks, fidelity exact %s / error "
              "agreement %s on %d pairs, %.0f s", stage, step, point["committed_reward"],
