@@ -1217,3 +1217,30 @@ def test_a_nan_reward_is_refused_and_its_trajectory_masked(caplog):
     rewards, task_ids, roles, valid = flatten_outputs(trajs, -0.1)
     assert valid.tolist() == [True, False, True] and rewards.tolist() == [1.0, 0.0, 0.0]
     assert rolewise_advantages(rewards, task_ids, roles, valid).tolist() == [0.5, 0.0, -0.5]
+
+
+@pytest.mark.parametrize("judged", [[1.0, 1e39, 0.0], [3e38, 3e38, 0.0]])
+def test_rewards_past_float32_are_refused_before_the_advantages(judged):
+    """G10: 1e39 is inf in float32, and two of 3e38 overflow the group's mean; either turned
+    every advantage of the group NaN. Rewards past REWARD_LIMIT are masked like a NaN one."""
+    import math
+
+    from envace_lite.core.advantages import flatten_outputs, rolewise_advantages
+    from envace_lite.core.rewards import REWARD_LIMIT, score_trajectories, usable_reward
+
+    trajs = [_judge_traj("a", "x"), _judge_traj("b", "x"), _judge_traj("c", "x")]
+    for i, t in enumerate(trajs):
+        t.index = i
+    values = iter(judged)
+    stats = score_trajectories(trajs, judge=lambda t: (next(values), {}))
+    masked = [abs(r) > REWARD_LIMIT for r in judged]
+    assert stats["invalid"] == sum(masked)
+    assert [t.reward_valid for t in trajs] == [not m for m in masked]
+    rewards, task_ids, roles, valid = flatten_outputs(trajs, -0.1)
+    adv = rolewise_advantages(rewards, task_ids, roles, valid)
+    assert all(math.isfinite(a) for a in adv.tolist())
+    if judged[0] == 1.0:  # the group left: 1.0 and 0.0, mu = 0.5
+        assert adv.tolist() == [0.5, 0.0, -0.5]
+    else:  # one valid output is left: A = 0 (singleton "self")
+        assert adv.tolist() == [0.0, 0.0, 0.0]
+    assert usable_reward(1e30) and not usable_reward(-1.0001e30) and not usable_reward(math.nan)

@@ -216,10 +216,10 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
             t.reward, t.reward_valid, t.reward_details = float(reward), True, details
         except Exception as e:  # noqa: BLE001 (a failed judge masks the trajectory, never crashes)
             t.reward, t.reward_valid, t.reward_details = None, False, {"judge_error": repr(e)}
-        if t.reward_valid and not math.isfinite(t.reward):  # NaN would poison the group's mean
-            log.error("%s #%d: the judge returned a non-finite reward (%r); refused, the "
-                      "trajectory is masked from the baselines and the loss", t.task.id,
-                      t.index, t.reward)
+        if t.reward_valid and not usable_reward(t.reward):  # NaN would poison the group's mean
+            log.error("%s #%d: the judge returned a reward that is not finite in float32 (%r, "
+                      "|R| > %g); refused, the trajectory is masked from the baselines and the "
+                      "loss", t.task.id, t.index, t.reward, REWARD_LIMIT)
             t.reward_details = {**(t.reward_details or {}),
                                 "judge_error": f"non-finite reward {t.reward!r}"}
             t.reward, t.reward_valid = None, False
@@ -230,6 +230,17 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
     valid = [t.reward for t in trajs if t.reward_valid]
     return {"n": len(trajs), "invalid": invalid,
             "reward_mean": sum(valid) / len(valid) if valid else None}
+
+
+REWARD_LIMIT = 1e30
+"""The largest |R| a trajectory may carry. Advantages are float32 (3.4e38 at most): a reward of
+1e39 would be inf there, and two of 3e38 overflow their group's mean, so that every advantage of
+the group turns NaN. Within ±1e30, groups of up to 1e8 outputs stay finite."""
+
+
+def usable_reward(reward: float) -> bool:
+    """True when ``reward`` is finite and within ``REWARD_LIMIT`` (so finite in float32 sums)."""
+    return math.isfinite(reward) and abs(reward) <= REWARD_LIMIT
 
 
 RewardControl = Callable[[list[Trajectory], int], int]
