@@ -26,6 +26,16 @@ CASES = [
     (["--profile", "smoke", "--only", "01", "-p", "seed=3"],
      "-p seed: set by the runner"),
     (["--profile", "smoke", "-p", "02task_id"], "use name=value or NN:name=value"),
+    # NB10, NB11: suites, split and task index, checked against what the kernel would read
+    (["--profile", "smoke", "--only", "01", "-p", "tau2_suite=tau2-bogus"],
+     "notebook 01_tools_environments_tasks parameter tau2_suite: unknown suite 'tau2-bogus'"),
+    (["--profile", "smoke", "--only", "01", "-p", "task_index=-99999"],
+     "parameter task_index=-99999: the train split has 74 tasks in tau2-telecom, 150 tasks in "
+     "bfcl-base; use 0 to 73"),
+    (["--profile", "smoke", "--only", "01", "-p", "01:split=validation"],
+     "parameter split: unknown split 'validation'"),
+    (["--profile", "smoke", "--only", "07", "-p", "drill_suite=nope"],
+     "notebook 07_fidelity_audit parameter drill_suite: unknown suite 'nope'"),
 ]
 
 

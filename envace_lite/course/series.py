@@ -126,6 +126,35 @@ def _check_folder(stem: str, name: str, value: Any) -> None:
         raise ConfigError(f"notebook {stem} parameter {name}={value!r}: no such folder")
 
 
+SUITE_PARAMS = ("suite", "tau2_suite", "bfcl_suite", "suites", "eval_suites", "drill_suite")
+"""Notebook parameters that name suites (comma-separated where plural)."""
+
+
+def _check_tasks(stem: str, params: dict[str, Any], changed: set[str]) -> None:
+    """The suites, split and task index one notebook will read, when the series changed any of
+    them: each suite registered, the split one it has, the index inside every suite's split."""
+    if not changed & {*SUITE_PARAMS, "split", "task_index"}:
+        return
+    from envace_lite.envs import list_tasks
+
+    suites = [x.strip() for name in SUITE_PARAMS if isinstance(params.get(name), str)
+              for x in params[name].split(",") if x.strip()]
+    split = params.get("split", "test")
+    sizes = {}
+    for suite in suites:
+        try:
+            sizes[suite] = len(list_tasks(suite, split))
+        except KeyError as e:
+            which = ", ".join(sorted(changed & {*SUITE_PARAMS, "split"})) or "suite"
+            raise ConfigError(f"notebook {stem} parameter {which}: "
+                              f"{e.args[0] if e.args else e}") from None
+    index = params.get("task_index")
+    if isinstance(index, int) and sizes and not -min(sizes.values()) <= index < min(sizes.values()):
+        raise ConfigError(f"notebook {stem} parameter task_index={index}: the {split} split has "
+                          + ", ".join(f"{n} tasks in {s}" for s, n in sizes.items())
+                          + f"; use 0 to {min(sizes.values()) - 1}")
+
+
 def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
     """Check every parameter of a series against every selected notebook's ``parameters`` cell,
     before any kernel starts (papermill itself only warns about an unknown name).
@@ -139,9 +168,11 @@ def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
             notebook declares (naming the shared ones); a runner parameter (``profile``, ``seed``,
             ``run_dir``, ``artifacts_dir``: the CLI's options set them); a value of the wrong
             type (``course.check_param_type``); a folder parameter (``FOLDER_PARAMS``) naming no
-            folder.
+            folder; a suite (``SUITE_PARAMS``) or split that is not registered, or a
+            ``task_index`` outside the split (``_check_tasks``).
     """
     declared = {p.stem: parameters_of(p) for p in paths}
+    changed: dict[str, dict[str, Any]] = {}
     for key, value in extra.items():
         if _per_notebook(key, value):
             stems = [s for s in declared if s == key or s.startswith(f"{key}_")]
@@ -168,6 +199,9 @@ def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
                                   f"{', '.join(takes) or 'nothing else'}")
             check_param_type(name, v, declared[stem][name])
             _check_folder(stem, name, v)
+            changed.setdefault(stem, {})[name] = v
+    for stem, values in changed.items():  # suites, split and index: what the kernel would read
+        _check_tasks(stem, {**declared[stem], **values}, set(values))
 
 
 def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
