@@ -170,6 +170,47 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+TAKEOVER_STALE_S = 10.0
+"""A takeover file older than this was left by a process that died mid-takeover (a takeover
+lasts microseconds)."""
+
+
+def _remove_stale(path: Path, owner: dict[str, Any]) -> bool:
+    """Remove the lock ``path`` if it still holds ``owner`` (a dead pid), under a takeover file.
+
+    Removing a lock read as stale is the racy step: between the read and the unlink another
+    process may take the stale lock over and write its own, which an unlink would then delete
+    (two holders). Only the holder of ``<lock>.takeover`` (``O_EXCL``) may remove a lock, and
+    only after reading it again under it: the lock's content (pid, host, start time) names one
+    writer, so an unchanged content is still the stale lock.
+
+    Returns:
+        True when this process removed the stale lock (the caller then competes for the lock
+        with ``O_EXCL``); False when another takeover runs or the lock changed.
+    """
+    guard = path.with_name(path.name + ".takeover")
+    try:
+        fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        with contextlib.suppress(OSError):  # a takeover file left by a process that died in it
+            if time.time() - guard.stat().st_mtime > TAKEOVER_STALE_S:
+                guard.unlink()
+        time.sleep(0.001)
+        return False
+    try:
+        os.close(fd)
+        try:
+            now = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):
+            return False
+        if now != owner:  # taken over and written anew since it was read
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        guard.unlink(missing_ok=True)
+
+
 _HELD: dict[Path, int] = {}
 """Folders whose lock this process holds, with the nesting depth (a run inside a run)."""
 
@@ -179,7 +220,8 @@ def run_folder_lock(folder: str | Path, command: str = "") -> Iterator[Path]:
     """Hold ``folder/.envace.lock`` while writing into a run folder; one writer at a time.
 
     The lock file is created with ``O_CREAT | O_EXCL`` and names its owner (pid and host). A
-    lock whose pid is dead on this host is stale (a kill -9): it is taken over with a warning.
+    lock whose pid is dead on this host is stale (a kill -9): it is taken over with a warning,
+    by one process at a time (``_remove_stale``: no two holders when several meet it).
     The same process may nest locks on one folder (an experiment trains into its own folder).
     The folder must exist.
 
@@ -199,7 +241,7 @@ def run_folder_lock(folder: str | Path, command: str = "") -> Iterator[Path]:
     path = folder / LOCK_FILE
     me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
           "command": command}
-    for _ in range(2):
+    for _ in range(50):  # another process may win each takeover; each round is short
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
@@ -209,9 +251,9 @@ def run_folder_lock(folder: str | Path, command: str = "") -> Iterator[Path]:
                 owner = {}
             pid, host = owner.get("pid"), owner.get("host")
             if isinstance(pid, int) and host == me["host"] and not _pid_alive(pid):
-                log.warning("%s: taking over a stale lock of pid %d (no longer running)",
-                            folder, pid)
-                path.unlink(missing_ok=True)
+                if _remove_stale(path, owner):
+                    log.warning("%s: taking over a stale lock of pid %d (no longer running)",
+                                folder, pid)
                 continue
             who = f"pid {pid} on {host}" if pid else "an unknown process (unreadable lock)"
             what = f" ({owner['command']})" if owner.get("command") else ""
@@ -223,6 +265,9 @@ def run_folder_lock(folder: str | Path, command: str = "") -> Iterator[Path]:
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         break
+    else:
+        raise RunFolderLocked(f"{folder}: its lock changed hands 50 times while this process "
+                              f"waited: another writer is starting; try again")
     _HELD[folder] = 1
     try:
         yield folder

@@ -10,6 +10,8 @@ import json
 import logging
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -1059,6 +1061,111 @@ def test_a_second_train_writer_is_refused_before_any_model(tmp_path, monkeypatch
     with pytest.raises(paths.RunFolderLocked, match=f"in use by pid {other_writer.pid}"):
         train(get_config("smoke"), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [paths.LOCK_FILE]
+
+
+def _finished_warmstart(folder, cfg):
+    cfg.save(folder)
+    (folder / "summary.json").write_text(json.dumps({"sft": {"steps": 1}}))
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "config.json").write_text("{}")
+    (folder / "metrics.jsonl").write_text('{"sft/loss": 1.0}\n')
+
+
+def test_warmstart_takes_the_lock_and_refuses_a_live_writer(tmp_path, monkeypatch, other_writer):
+    """W1, W4: a second warm start into a folder a live process writes is refused, one line,
+    before any model; nothing of the folder changes."""
+    from typer.testing import CliRunner
+
+    from envace_lite.cli import app
+    from envace_lite.pipelines.sft import warmstart
+
+    _no_model(monkeypatch)
+    with pytest.raises(paths.RunFolderLocked, match=f"in use by pid {other_writer.pid}"):
+        warmstart(get_config("smoke"), tmp_path)
+    res = CliRunner().invoke(app, ["warmstart", "--profile", "smoke", "--run-dir", str(tmp_path)])
+    assert res.exit_code == 2 and "in use by pid" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [paths.LOCK_FILE]
+
+
+def test_warmstart_refuses_another_commands_run_and_another_config(tmp_path, monkeypatch):
+    """W2, W3: a train run's folder is refused with its metrics untouched; a finished warm start
+    under another learning rate is refused naming the field; under its own config it is kept
+    (nothing retrained)."""
+    from envace_lite.config import ConfigError
+    from envace_lite.pipelines.sft import warmstart
+
+    _no_model(monkeypatch)
+    train_run = tmp_path / "train"
+    (train_run / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    metrics = '{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n'
+    (train_run / "metrics.jsonl").write_text(metrics)
+    with pytest.raises(ConfigError, match="holds another command's run .*checkpoints"):
+        warmstart(get_config("smoke"), train_run)
+    assert (train_run / "metrics.jsonl").read_text() == metrics
+    only_metrics = tmp_path / "metrics_only"
+    only_metrics.mkdir()
+    (only_metrics / "metrics.jsonl").write_text(metrics)
+    with pytest.raises(ConfigError, match="metrics.jsonl"):
+        warmstart(get_config("smoke"), only_metrics)
+    done = tmp_path / "ws"
+    done.mkdir()
+    _finished_warmstart(done, get_config("smoke"))
+    with pytest.raises(ConfigError, match=r"warmstart.learning_rate: 0.0002 -> 0.5"):
+        warmstart(get_config("smoke", {"warmstart.learning_rate": 0.5}), done)
+    with pytest.raises(ConfigError, match=r"grpo.suites"):
+        warmstart(get_config("smoke", {"grpo.suites": ["tau2-telecom"]}), done)
+    # the same config (and a free group changed): kept, nothing loaded or written
+    before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
+    assert warmstart(get_config("smoke", {"grpo.learning_rate": 0.1}), done) == done
+    assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == before
+
+
+def _contend(folder, barrier, holders, peak, guard, won):
+    import time as _time
+
+    barrier.wait()
+    try:
+        with paths.run_folder_lock(folder, "contend"):
+            with guard:
+                holders.value += 1
+                peak.value = max(peak.value, holders.value)
+            _time.sleep(0.05)
+            with guard:
+                holders.value -= 1
+            won.value += 1
+    except paths.RunFolderLocked:
+        pass
+
+
+def test_a_stale_lock_is_taken_over_by_one_process_only():
+    """K6: four processes meet a stale lock at a barrier, 100 times; at most one holds the lock
+    at any moment, and one gets it each time."""
+    import multiprocessing as mp
+    import socket
+    import tempfile
+    from pathlib import Path
+
+    ctx = mp.get_context("fork")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holders, peak, won = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
+    guard = ctx.Lock()
+    for _ in range(100):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / paths.LOCK_FILE).write_text(json.dumps(
+                {"pid": dead.pid, "host": socket.gethostname(), "since": 0.0}))
+            barrier = ctx.Barrier(8)
+            won.value = 0
+            procs = [ctx.Process(target=_contend, args=(folder, barrier, holders, peak, guard, won))
+                     for _ in range(8)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(30)
+            assert all(p.exitcode == 0 for p in procs)
+            assert won.value >= 1
+    assert peak.value == 1
 
 
 # ---------------------------------------------------------------------------------------------

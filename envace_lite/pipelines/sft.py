@@ -275,6 +275,57 @@ def save_checkpoint(model: Any, tokenizer: Any, folder: Path) -> Path:
     return folder
 
 
+WARMSTART_FREE_GROUPS = ("eval", "rehearsal", "grpo")
+"""Groups a warm start never reads (``grpo.suites`` aside, which names its tasks): a rerun into a
+warm-start folder may change them."""
+
+
+def check_warmstart_folder(run_dir: str | Path, cfg: Config) -> bool:
+    """Whether ``run_dir`` holds this warm start finished; refuse what it must not overwrite.
+
+    Returns:
+        True when the folder holds a finished warm start of the same config (its
+        ``summary.json`` and checkpoint): nothing is to be done. False for an absent or empty
+        folder, or an unfinished warm start of the same config (it is started again).
+
+    Raises:
+        ConfigError: the folder holds another command's run (a ``train`` run's checkpoints or
+            metrics, an evaluation's rows, an experiment's points), or a warm start made under
+            a config that changes its result (each field named, as ``check_resume_config``).
+    """
+    from envace_lite.config import ConfigError
+    from envace_lite.pipelines.resume import check_resume_config
+
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        return False
+    other = [name for name, what in (("checkpoints", "a train run's checkpoints"),
+                                     ("results.jsonl", "an evaluation's rows"),
+                                     ("warmstart", "an experiment's warm start"))
+             if (folder / name).exists()]
+    summary = folder / "summary.json"
+    if not other and summary.exists():
+        try:
+            if "sft" not in json.loads(summary.read_text()):
+                other = ["summary.json"]
+        except ValueError:
+            other = ["summary.json"]
+    if not other and (folder / "metrics.jsonl").exists() and any(
+            '"step"' in line for line in (folder / "metrics.jsonl").read_text().splitlines()):
+        other = ["metrics.jsonl"]
+    if other:
+        raise ConfigError(f"{folder} holds another command's run ({', '.join(other)}): a warm "
+                          "start would overwrite it; use a new --run-dir")
+    check_resume_config(folder, cfg, ("run.progress", "run.runs_root"), WARMSTART_FREE_GROUPS)
+    recorded = folder / "config.json"
+    if recorded.exists():
+        old = json.loads(recorded.read_text()).get("grpo", {}).get("suites")
+        if old is not None and list(old) != list(cfg.grpo.suites):
+            raise ConfigError(f"{folder} was made under another config (grpo.suites: {old!r} -> "
+                              f"{list(cfg.grpo.suites)!r}): use a new --run-dir")
+    return summary.exists() and (folder / CHECKPOINT / "config.json").exists()
+
+
 def warmstart(config: Config, run_dir: str | Path | None = None,
               measure: bool = True) -> Path:
     """The warm-start stage: transcripts → (rates before) → SFT → checkpoint → (rates after).
@@ -285,7 +336,10 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/`` (with
 ``paths.CHECKPOINT_RECORD``: its profile, model and tokenizer). With
     ``model.checkpoint`` set, SFT starts from that policy (a warm start continued; its tokenizer
-    comes with it).
+    comes with it). The folder is locked while the warm start writes (``paths.run_folder_lock``);
+    a folder of another command's run or another config is refused, a finished warm start of
+    the same config is kept as it is, an unfinished one is started again
+    (``check_warmstart_folder``).
 
     Args:
         config: the finalized ``Config`` (the entry point resolves it once).
@@ -295,13 +349,30 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     Returns:
         The run dir; ``run_dir / "checkpoint"`` is the value for ``model.checkpoint``.
     """
-    from envace_lite.models.load import load_policy
-    from envace_lite.paths import new_run_dir, write_checkpoint_record
+    from envace_lite.paths import new_run_dir, run_folder_lock
 
     cfg = config
+    if run_dir and check_warmstart_folder(run_dir, cfg):
+        log.info("%s holds this warm start, finished: kept as it is", run_dir)
+        return Path(run_dir)
     run_dir = Path(run_dir) if run_dir else new_run_dir("warmstart", cfg.profile, cfg.run.seed,
                                                         cfg.run.runs_root)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with run_folder_lock(run_dir, "warmstart"):
+        if check_warmstart_folder(run_dir, cfg):  # finished by another writer meanwhile
+            return run_dir
+        return _warmstart(cfg, run_dir, measure)
+
+
+def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
+    """``warmstart``'s body, under the folder's lock."""
+    from envace_lite.models.load import load_policy
+    from envace_lite.paths import write_checkpoint_record
+
+    if (run_dir / "summary.json").exists() or (run_dir / "metrics.jsonl").exists():
+        log.warning("%s: an unfinished warm start of this config; starting its SFT again",
+                    run_dir)
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     cfg.save(run_dir)
     start, summary = time.perf_counter(), {"profile": cfg.profile, "seed": cfg.run.seed}
     tasks = training_tasks(cfg, "sft")
@@ -341,6 +412,7 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     return run_dir
 
 
-__all__ = ["CHECKPOINT", "causal_attention", "check_rows", "first_turn_call_rates",
+__all__ = ["CHECKPOINT", "WARMSTART_FREE_GROUPS", "causal_attention", "check_rows",
+           "check_warmstart_folder", "first_turn_call_rates",
            "run_sft", "save_checkpoint",
            "sft_rows", "warmstart"]
