@@ -109,7 +109,9 @@ class RolloutConfig:
     temperature: float = 1.0
     """Sampling temperature of both roles in training (paper §3.1: 1.0)."""
     top_p: float = 1.0
-    """Nucleus sampling in training."""
+    """Nucleus sampling in training. Below 1 it is refused with a vLLM backend whose importance
+    ratio is on (``vllm_importance_sampling``): vLLM's log-probs are those of the truncated,
+    renormalized distribution, so π_train/π_vLLM would carry the kept mass on every token."""
     grounding_drop_p: float = 0.3
     """Probability of replacing REHEARSE's grounding with ``<unavailable>`` during training.
 
@@ -445,6 +447,15 @@ class Config:
                 raise ConfigError(f"{key}={value!r}: expected one of {sorted(allowed)}")
         if self.rollout.generation_backend == "vllm_server":  # its generate is a collective
             self.rollout.sync_generate_calls = True
+        if (self.rollout.generation_backend != "hf" and self.rollout.vllm_importance_sampling
+                and self.rollout.top_p < 1.0):
+            # vLLM reports log-probs of the truncated, renormalized distribution q = p / mass
+            # on the nucleus: pi_train / pi_vLLM is then mass < 1 on every token (TRL #6789)
+            raise ConfigError(
+                f"rollout.top_p={self.rollout.top_p} with rollout.generation_backend="
+                f"{self.rollout.generation_backend!r}: the importance ratio against a sampler "
+                "that truncates is biased by the kept probability mass; use rollout.top_p=1.0, "
+                "or rollout.vllm_importance_sampling=false")
         if (self.grpo.mode == "act_only" and self.model.lora_r > 0
                 and self.rollout.generation_backend != "hf"
                 and self.grpo.frozen_simulator_backend != "hf"):

@@ -89,6 +89,31 @@ def test_act_only_lora_on_vllm_is_refused_without_a_real_frozen_simulator():
                          "rollout.generation_backend": "vllm_server"})
 
 
+def test_top_p_below_one_with_the_vllm_importance_ratio_is_refused():
+    """TRL #6789: vLLM's log-probs under top_p < 1 are those of q = p / mass on the nucleus, so
+    the ratio pi_train / pi_vLLM is the kept mass on every token, not 1 (shown by hand below)."""
+    import math
+
+    import torch
+
+    from envace_lite.config import ConfigError
+    from envace_lite.llm.vllm_generation import importance_weights
+
+    # a 3-token distribution (0.5, 0.3, 0.2) under top_p 0.8: the nucleus {0.5, 0.3}, mass 0.8
+    p = torch.tensor([[0.5, 0.3]])
+    q = p / 0.8
+    biased = importance_weights(p.log(), q.log(), cap=3.0)
+    assert torch.allclose(biased, torch.tensor([[0.8, 0.8]]))  # the bias the refusal prevents
+    assert torch.allclose(importance_weights(p.log(), p.log()), torch.ones(1, 2))  # top_p = 1
+    for backend in ("vllm_server", "vllm_colocate"):
+        with pytest.raises(ConfigError, match=r"rollout.top_p=0.95 .* biased by the kept"):
+            get_config("smoke", {"rollout.generation_backend": backend, "rollout.top_p": 0.95})
+        get_config("smoke", {"rollout.generation_backend": backend, "rollout.top_p": 0.95,
+                             "rollout.vllm_importance_sampling": False})
+        get_config("smoke", {"rollout.generation_backend": backend, "rollout.top_p": 1.0})
+    assert math.isclose(get_config("smoke", {"rollout.top_p": 0.9}).rollout.top_p, 0.9)  # hf
+
+
 def test_act_only_baseline_and_grounding_scope_values():
     assert get_config("smoke").grpo.act_only_baseline == "outputs"
     assert get_config("smoke").rollout.grounding_scope == "task"
