@@ -57,7 +57,7 @@ def test_reading_metrics_by_hand():
     assert m["fact_exact"] == {"n": 3, "of": 4, "rate": 0.75}
     assert (m["writes_made"], m["writes_right"]) == (2, 1)
     assert m["write_drills_passed"] == {"n": 1, "of": 2, "rate": 0.5}
-    assert m["failed_real_calls"] == 2
+    assert (m["real_calls"], m["failed_real_calls"]) == (7, 2)
 
 
 def test_reading_metrics_of_no_rows():
@@ -82,6 +82,9 @@ def test_drills_reading_command_writes_the_record(tmp_path):
     assert "lever: success 2/4 (50.0 %)" in res.output and "errors 1" in res.output
     rec = json.loads(out.read_text())
     assert rec["split"] == "validation" and rec["suite"] == V2 and rec["load_at_start"] == 1.5
+    assert (rec["episodes"], rec["successes"], rec["success"], rec["errors"]) == (4, 2, 0.5, 1)
+    assert (rec["real_calls"], rec["failed_real_calls"], rec["write_successes"]) == (7, 2, 1)
+    assert rec["reading"]["writes_made"] == 2 and rec["seed"] == 0
     assert rec["warmstart"]["steps"] == 7 and rec["warmstart"]["rows"]["act_rows"] == 3
     assert rec["warmstart"]["config"] == {"sft_share": 0.5}
     assert len(read_rows(ev / "results.jsonl")) == 5

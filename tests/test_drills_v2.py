@@ -250,3 +250,57 @@ def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
         assert 0 <= pt["failed_real_calls"] <= pt["real_calls"]
     stopped = "first gate" in prereg["status"]
     assert stopped == all(pt["success"] < 0.10 for pt in points)
+
+
+def test_compact_record_by_hand():
+    from envace_lite.drills.records import compact_record
+
+    order = {"order_id": "#W1", "user_id": "u_1", "address": {"zip": "1"},
+             "items": [{"name": "Lamp", "product_id": "p", "item_id": "i1", "price": 3.5,
+                        "options": {"color": "red"}}],
+             "status": "pending", "fulfillments": [], "cancel_reason": None,
+             "payment_history": [{"amount": 3.5, "payment_method_id": "gift_card_1"}]}
+    assert compact_record(json.dumps(order)) == (
+        '{"order_id": "#W1", "items": [{"name": "Lamp", "item_id": "i1", "price": 3.5}], '
+        '"status": "pending", "fulfillments": [], "payment_history": [{"amount": 3.5, '
+        '"payment_method_id": "gift_card_1"}]}')
+    user = {"user_id": "u_1", "name": {"first_name": "A"}, "address": {}, "email": "a@b",
+            "payment_methods": {"gift_card_1": {}}, "orders": ["#W1"]}
+    assert compact_record(json.dumps(user)) == \
+        '{"user_id": "u_1", "name": {"first_name": "A"}, "orders": ["#W1"]}'
+    for text in ("u_1", "Error: Order not found", "[1, 2]", '"x"', ""):
+        assert compact_record(text) == text  # not a record: unchanged
+
+
+def test_the_compact_suite_is_v2_with_shorter_records():
+    """Same drills, slices, SFT/RL halves and gold scores as v2; every record of the drill
+    and of the live environment in the compact rendering; errors and ids unchanged."""
+    from envace_lite.config import get_config
+    from envace_lite.core.task_split import training_tasks
+    from envace_lite.drills.records import compact_record
+    from envace_lite.types import ToolCall
+
+    C = "tau2-retail-drills-v2-compact"
+    assert list_tasks(C, "validation") == list_tasks(V2, "validation")
+    assert list_tasks(C, "confirmation") == list_tasks(V2, "confirmation")
+    for split in ("sft", "rl"):
+        got = [t.id for t in training_tasks(get_config("drills", {"grpo.suites": [C]}), split)]
+        assert got == [t.id for t in training_tasks(get_config("drills", {"grpo.suites": [V2]}),
+                                                    split)] and got
+    full, short = suite.get_drill(V2, "lookup:W2307204"), suite.get_drill(C, "lookup:W2307204")
+    assert (short.gold, short.communicate, short.final_text) == (full.gold, full.communicate,
+                                                                  full.final_text)
+    assert short.observations[0]["content"] == compact_record(full.observations[0]["content"])
+    assert len(short.observations[0]["content"]) < 0.5 * len(full.observations[0]["content"])
+    assert '"price": 32.37' in short.observations[0]["content"]
+    for tid in list_tasks(C, "validation")[:8]:  # gold replays still score 1
+        assert replay_gold(make_env(C, tid))[0] == 1.0
+    env = make_env(C, "lookup:W2307204")
+    env.reset()
+    live = env.step([ToolCall("get_order_details", {"order_id": "#W2307204"}),
+                     ToolCall("get_order_details", {"order_id": "W2307204"})])
+    assert live[0].content == short.observations[0]["content"] and not live[0].error
+    assert live[1].error and live[1].content.startswith("Error")
+    task = suite.suite_tasks(C, "validation")[1]
+    assert task.grounding[0][0]["observation"]["content"] == compact_record(
+        suite.get_drill(V2, task.id).observations[0]["content"])

@@ -306,9 +306,17 @@ def drills_reading(
     folder = existing_folder(eval_dir, "--eval", "results.jsonl")
     rows = read_rows(folder / "results.jsonl")
     splits = sorted({str(r.get("split", "")) for r in rows})
+    seeds = sorted({(r.get("result_config") or {}).get("seed", 0) for r in rows})
+    m = reading_metrics(rows)
     record: dict = {"point": name or folder.name, "split": ",".join(splits),
                     "suite": ",".join(sorted({r["suite"] for r in rows})),
-                    **reading_metrics(rows), "code_commit": git_commit()}
+                    "seed": seeds[0] if len(seeds) == 1 else seeds,
+                    "episodes": m["success"]["of"], "errors": m["errors"],
+                    "success": m["success"]["rate"] or 0.0, "successes": m["success"]["n"],
+                    "write_successes": m["write_drills_passed"]["n"],
+                    "real_calls": m["real_calls"],
+                    "failed_real_calls": m["failed_real_calls"], "reading": m,
+                    "code_commit": git_commit()}
     if warmstart:
         ws = existing_folder(warmstart, "--warmstart", "summary.json")
         summary = json.loads((ws / "summary.json").read_text())
@@ -328,13 +336,13 @@ def drills_reading(
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(record, indent=1) + "\n")
-    s, ids, fact = record["success"], record["correct_ids"], record["fact_exact"]
+    s, ids, fact = m["success"], m["correct_ids"], m["fact_exact"]
     pct = lambda v: "n/a" if v["rate"] is None else f"{100 * v['rate']:.1f} %"  # noqa: E731
     typer.echo(f"{record['point']}: success {s['n']}/{s['of']} ({pct(s)}); "
-               + ", ".join(f"{t} {v['n']}/{v['of']}" for t, v in record["per_tier"].items())
+               + ", ".join(f"{t} {v['n']}/{v['of']}" for t, v in m["per_tier"].items())
                + f"; correct ids {ids['n']}/{ids['of']} ({pct(ids)}); fact exact "
-               f"{fact['n']}/{fact['of']}; writes made {record['writes_made']}, right "
-               f"{record['writes_right']}; errors {record['errors']}")
+               f"{fact['n']}/{fact['of']}; writes made {m['writes_made']}, right "
+               f"{m['writes_right']}; errors {m['errors']}")
 
 
 @drills_app.command("sweep")

@@ -15,12 +15,24 @@ from envace_lite.config import Config
 from envace_lite.types import Task
 
 
+SCENARIO_SUITES: dict[str, str] = {}
+"""Suite -> the suite whose scenarios it renders otherwise (``register_scenario_suite``): both
+hash to the same SFT/RL halves."""
+
+
+def register_scenario_suite(suite: str, same_as: str) -> None:
+    """Let ``suite``'s tasks split as ``same_as``'s of the same id (a rendering of its scenarios,
+    e.g. a plugin's suite that shows the same tasks' records otherwise)."""
+    SCENARIO_SUITES[suite] = same_as
+
+
 def scenario_key(task: Task) -> str:
     """The key the SFT/RL split hashes: BFCL's entry index (shared by its four categories, which
-    are the same 200 scenarios by index: docs/design.md, "Benchmarks and training data"), else ``suite:id``."""
+    are the same 200 scenarios by index: docs/design.md, "Benchmarks and training data"), else
+    ``suite:id`` (the suite a registered rendering renders, ``SCENARIO_SUITES``)."""
     if task.suite.startswith("bfcl-"):
         return "bfcl:" + task.id.rsplit("_", 1)[-1]
-    return f"{task.suite}:{task.id}"
+    return f"{SCENARIO_SUITES.get(task.suite, task.suite)}:{task.id}"
 
 
 def sft_fraction(task: Task) -> float:
@@ -90,5 +102,6 @@ def heldout_tasks(cfg: Config, limit: int) -> list[Task]:
     return mixed[:limit]
 
 
-__all__ = ["heldout_tasks", "require_train", "scenario_key", "sft_fraction", "split_sft_rl",
+__all__ = ["SCENARIO_SUITES", "heldout_tasks", "register_scenario_suite", "require_train",
+           "scenario_key", "sft_fraction", "split_sft_rl",
            "training_tasks", "truncate_user_turns"]

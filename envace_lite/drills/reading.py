@@ -79,7 +79,8 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Returns:
         ``{"episodes", "errors", "success", "per_tier", "per_class", "correct_ids",
         "correct_ids_per_tier", "fact_exact", "writes_made", "writes_right",
-        "write_drills_passed", "failed_real_calls"}``; a rate is ``{"n", "of", "rate"}``
+        "write_drills_passed", "real_calls", "failed_real_calls"}`` (calls from each row's
+        ``real_call_log``); a rate is ``{"n", "of", "rate"}``
         (``rate`` None when ``of`` is 0). Crashed episodes count in ``errors`` only.
 
     Raises:
@@ -89,7 +90,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tiers, classes = Counter(), Counter()
     tier_pass, class_pass = Counter(), Counter()
     ids_ok, ids_all = Counter(), Counter()
-    fact = made = right = failed = 0
+    fact = made = right = failed = calls = 0
     for r in ok:
         drill = get_drill(r["suite"], r["task_id"])
         passed = float(r.get("reward") or 0.0) >= 1.0
@@ -103,6 +104,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         gold_ids = _order_ids(drill)
         gold_writes = [c for c in drill.gold if c["name"] in WRITE_TOOLS]
         for call in r.get("real_call_log") or []:
+            calls += 1
             failed += bool(call.get("error"))
             args = call.get("arguments") or {}
             if isinstance(args, dict) and "order_id" in args:
@@ -123,7 +125,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "fact_exact": _rate(fact, n),
         "writes_made": made, "writes_right": right,
         "write_drills_passed": _rate(class_pass["write"], classes["write"]),
-        "failed_real_calls": failed,
+        "real_calls": calls, "failed_real_calls": failed,
     }
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cache
 from typing import Any
 
 from envace_lite.envs.base import GoldTurn
 from envace_lite.drills.generate import generate, skipped_by_reason
+from envace_lite.drills.records import COMPACT_SUITES, compact_record
 from envace_lite.drills.spec import (
     DEFAULT_SEED,
     GENERATOR_VERSION,
@@ -45,14 +46,16 @@ from envace_lite.envs.tau2 import (
 from envace_lite.types import Observation, Task, ToolCall
 
 DRILL_DOMAINS: dict[str, str] = {"tau2-retail-drills": "retail", "tau2-airline-drills": "airline",
-                                 "tau2-retail-drills-v2": "retail"}
+                                 "tau2-retail-drills-v2": "retail",
+                                 "tau2-retail-drills-v2-compact": "retail"}
 """Suite name -> tau2 domain."""
 
 SUITE_VERSIONS: dict[str, int] = {"tau2-retail-drills": 1, "tau2-airline-drills": 1,
-                                  "tau2-retail-drills-v2": 2}
+                                  "tau2-retail-drills-v2": 2, "tau2-retail-drills-v2-compact": 2}
 """Suite name -> generator version (``spec.GENERATOR_VERSIONS``). A v2 suite is scored by tau2's
 evaluator and the drill-side reply check (``check.py``), and its test split is cut into the
-held-out slices (``slices.py``)."""
+held-out slices (``slices.py``). ``tau2-retail-drills-v2-compact`` is v2's drills with their
+records in the compact rendering (``records.py``, a study lever)."""
 
 SPLITS = ("train", "test", "all")
 """The splits every drill suite has; a v2 suite also has ``slices.SLICES``."""
@@ -103,12 +106,23 @@ def get_drill(suite: str, drill_id: str) -> Drill:
     """
     domain = _suite_domain(suite)
     try:
-        return _by_id(domain, SUITE_VERSIONS[suite])[drill_id]
+        drill = _by_id(domain, SUITE_VERSIONS[suite])[drill_id]
     except KeyError:
         tiers = "|".join(TIERS[domain])
         raise KeyError(f"unknown {suite} drill id {drill_id!r}: ids look like '<{tiers}>:<entity>'"
                        f"; list them with `envace-lite drills generate --out FILE` or "
                        f"list_tasks({suite!r}, 'all')") from None
+    if suite in COMPACT_SUITES:
+        return _compact_drill(domain, SUITE_VERSIONS[suite], drill_id)
+    return drill
+
+
+@cache
+def _compact_drill(domain: str, version: int, drill_id: str) -> Drill:
+    """The drill with every observation in the compact rendering (``records.compact_record``)."""
+    drill = _by_id(domain, version)[drill_id]
+    return replace(drill, observations=[{**o, "content": compact_record(o["content"])}
+                                        for o in drill.observations])
 
 
 def _suite_domain(suite: str) -> str:
@@ -180,6 +194,8 @@ class DrillEnv(Tau2Env):
                                    f"{sorted(allowed)}", True))
             self._check_limits()
         flush()
+        if self.suite in COMPACT_SUITES:  # the same rule as the drill's own observations
+            out = [replace(o, content=compact_record(o.content)) for o in out]
         return out
 
     def score(self) -> tuple[float, dict[str, Any]]:

@@ -18,6 +18,7 @@ Suites (the name says the protocol):
 ``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
 ``tau2-retail-drills-v2`` retail drills v2: every drill asks for a fact copied from an
                        observation; held-out slices ``validation`` and ``confirmation``
+``tau2-retail-drills-v2-compact`` v2's drills, records in a compact rendering (``drills/records.py``)
 =====================  =====================================================================
 
 Usage::
@@ -35,7 +36,8 @@ TAU2_SUITES = (
     "tau2-telecom", "tau2-retail", "tau2-airline", "tau2-retail-ticket", "tau2-airline-ticket",
 )
 BFCL_SUITES = ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context")
-DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills", "tau2-retail-drills-v2")
+DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills", "tau2-retail-drills-v2",
+                "tau2-retail-drills-v2-compact")
 """Suites the ``drills`` plugin registers (``plugins.py``) when first asked for."""
 SUITES = TAU2_SUITES + BFCL_SUITES + DRILL_SUITES
 
