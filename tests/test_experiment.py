@@ -289,3 +289,65 @@ def test_snapshot_copies_weights_not_optimizer_state_and_keeps_a_whole_copy(tmp_
     assert snapshot(ck, dest) == dest  # an existing copy is whole: it is kept as it is
     assert (dest / "model.safetensors").read_text() == "model.safetensors"
     assert not (tmp_path / "snaps" / "checkpoint-3.tmp").exists()
+
+
+def test_a_sigint_keeps_the_points_the_background_worker_finished(tmp_path, monkeypatch):
+    """X3: the step-2 point ran beside the second segment and finished; Ctrl-C in that segment
+    keeps it in heldout.json (it was dropped with the worker's queue) and removes its copy."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import envace_lite.pipelines.learning_curve as experiment
+    import envace_lite.pipelines.train as train_mod
+    from envace_lite.pipelines import heldout_background
+
+    measured = []
+    _fake_runs(monkeypatch, measured)
+    real_train = train_mod.train
+
+    def interrupted_train(cfg, run_dir):
+        if cfg.grpo.steps > 2:  # the step-2 point, submitted beside this segment, is done
+            import time
+
+            time.sleep(0.3)
+            raise KeyboardInterrupt
+        real_train(cfg, run_dir)
+
+    monkeypatch.setattr(train_mod, "train", interrupted_train)
+    monkeypatch.setattr(heldout_background, "background_pool", lambda: ThreadPoolExecutor(1))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(get_config("smoke", {"grpo.steps": 4}), tmp_path / "run",
+                       warmstart_dir=tmp_path / "ws", heldout_every=2, eval_limit=1,
+                       before_sft=False, background_heldout=True)
+    saved = json.loads((tmp_path / "run" / "heldout.json").read_text())["points"]
+    assert [(p["stage"], p["step"]) for p in saved] == [("after_sft", 0), ("step", 2)]
+    assert not (tmp_path / "run" / experiment.SNAPSHOTS / "checkpoint-2").exists()
+
+
+def test_the_background_worker_dies_with_its_leader(tmp_path):
+    """X2: kill -9 of the experiment process; its held-out worker ends within seconds instead
+    of running on alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import os, sys, time\n"
+            "from envace_lite.pipelines.heldout_background import background_pool\n"
+            "pool = background_pool()\n"
+            "pool.submit(time.sleep, 120)\n"
+            "time.sleep(0.5)\n"
+            "print(' '.join(str(p) for p in pool._processes), flush=True)\n"
+            "time.sleep(120)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in leader.stdout.readline().split()]
+    assert workers
+    os.kill(leader.pid, signal.SIGKILL)
+    leader.wait()
+    deadline = time.time() + 20
+    alive = workers
+    while alive and time.time() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in workers if os.path.exists(f"/proc/{p}")
+                 and "zombie" not in open(f"/proc/{p}/status").read().lower()]
+    assert alive == [], "the worker outlived its leader"

@@ -6,6 +6,7 @@ last one to ``background_pool`` and reads intermediate checkpoints from ``snapsh
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +15,42 @@ SNAPSHOTS = "heldout_snapshots"
 checks read (``run_experiment(background_heldout=True)``)."""
 
 
-def one_thread() -> None:
-    """The background held-out process's initializer: one torch thread, beside training's."""
+def one_thread(leader: int | None = None, every: float = 1.0) -> None:
+    """The background held-out process's initializer: one torch thread, beside training's, and a
+    watchdog that ends this process when its leader is gone.
+
+    Args:
+        leader: the pid of the experiment process (None: this process's parent at start).
+        every: seconds between two looks at the leader.
+    """
+    import os
+    import threading
+
     import torch
 
     torch.set_num_threads(1)
+    leader = os.getppid() if leader is None else leader
+
+    def watch() -> None:  # a kill -9 of the leader leaves no one to shut this process down
+        while True:
+            time.sleep(every)
+            if os.getppid() != leader:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="leader-watchdog", daemon=True).start()
 
 
 def background_pool() -> Any:
     """The background held-out checks' executor: one spawned process with one torch thread
-    (spawned, not forked: the parent holds torch's thread pools)."""
+    (spawned, not forked: the parent holds torch's thread pools) that ends when this process
+    does, a kill -9 included (``one_thread``'s watchdog)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    import os
+
     return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=one_thread)
+                               initializer=one_thread, initargs=(os.getpid(),))
 
 
 def snapshot(checkpoint: Path, dest: Path) -> Path:

@@ -314,6 +314,18 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
                 if snap is not None:
                     shutil.rmtree(snap, ignore_errors=True)
 
+    def collect_finished() -> int:
+        """Save the background points that ended well; leave the rest (a rerun measures them)."""
+        n = 0
+        for fut in list(pending):
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                snap = pending.pop(fut)
+                keep(fut.result())
+                if snap is not None:
+                    shutil.rmtree(snap, ignore_errors=True)
+                n += 1
+        return n
+
     def point(checkpoint: str, stage: str, step: int, later: bool = False) -> None:
         if measured(stage, step):
             return
@@ -331,42 +343,49 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
         pending[pool[0].submit(_background_point, copy.deepcopy(cfg), checkpoint, stage, step,
                                **kwargs)] = snap
 
-    start = time.perf_counter()
-    if warmstart_dir is None:
-        ws = out / "warmstart"
-        if not (ws / CHECKPOINT / "config.json").exists():
-            warmstart(cfg, ws, measure=False)
-        times["warmstart"] = round(time.perf_counter() - start, 1)
-    else:
-        ws = Path(warmstart_dir)
-    t = time.perf_counter()
-    if before_sft:
-        point("base", "before_sft", 0)
-    point(str(ws / CHECKPOINT), "after_sft", 0, later=total > 0)
-    times["heldout_before"] = round(time.perf_counter() - t, 1)
+    try:
+        start = time.perf_counter()
+        if warmstart_dir is None:
+            ws = out / "warmstart"
+            if not (ws / CHECKPOINT / "config.json").exists():
+                warmstart(cfg, ws, measure=False)
+            times["warmstart"] = round(time.perf_counter() - start, 1)
+        else:
+            ws = Path(warmstart_dir)
+        t = time.perf_counter()
+        if before_sft:
+            point("base", "before_sft", 0)
+        point(str(ws / CHECKPOINT), "after_sft", 0, later=total > 0)
+        times["heldout_before"] = round(time.perf_counter() - t, 1)
 
-    cfg.model.checkpoint = str(ws / CHECKPOINT)
-    t = time.perf_counter()
-    for end in _segments(total, heldout_every):
-        if end < trained:  # a segment this run has passed: nothing to train
-            snap = out / SNAPSHOTS / f"checkpoint-{end}"
-            if not measured("step", end) and snap.exists():  # copied before an interruption
-                point(str(snap), "step", end)
-                shutil.rmtree(snap, ignore_errors=True)
-            elif not measured("step", end):
-                log.warning("no held-out point at step %d: %s was already trained to step %d "
-                            "and keeps only its last checkpoint", end, run_dir, trained)
-            continue
-        seg = copy.deepcopy(cfg)
-        seg.grpo.steps = end
-        train(seg, run_dir)
-        stage = "after_envace" if end == total else "step"
-        t_eval = time.perf_counter()
-        collect(wait=end == total)  # the last point waits for the background ones
-        point(str(run_dir / "checkpoints" / f"checkpoint-{end}"), stage, end,
-              later=end < total)
-        times["heldout_during"] = times.get("heldout_during", 0.0) + round(
-            time.perf_counter() - t_eval, 1)
+        cfg.model.checkpoint = str(ws / CHECKPOINT)
+        t = time.perf_counter()
+        for end in _segments(total, heldout_every):
+            if end < trained:  # a segment this run has passed: nothing to train
+                snap = out / SNAPSHOTS / f"checkpoint-{end}"
+                if not measured("step", end) and snap.exists():  # copied before an interruption
+                    point(str(snap), "step", end)
+                    shutil.rmtree(snap, ignore_errors=True)
+                elif not measured("step", end):
+                    log.warning("no held-out point at step %d: %s was already trained to step "
+                                "%d and keeps only its last checkpoint", end, run_dir, trained)
+                continue
+            seg = copy.deepcopy(cfg)
+            seg.grpo.steps = end
+            train(seg, run_dir)
+            stage = "after_envace" if end == total else "step"
+            t_eval = time.perf_counter()
+            collect(wait=end == total)  # the last point waits for the background ones
+            point(str(run_dir / "checkpoints" / f"checkpoint-{end}"), stage, end,
+                  later=end < total)
+            times["heldout_during"] = times.get("heldout_during", 0.0) + round(
+                time.perf_counter() - t_eval, 1)
+    except BaseException:  # Ctrl-C, a crash: keep the points the worker finished
+        kept = collect_finished()
+        if kept:
+            log.warning("interrupted: kept %d held-out point(s) the background worker had "
+                        "finished, in %s", kept, points_path)
+        raise
     collect(wait=True)
     with contextlib.suppress(OSError):  # empty once every copied checkpoint is measured
         (out / SNAPSHOTS).rmdir()
