@@ -351,3 +351,31 @@ def test_the_background_worker_dies_with_its_leader(tmp_path):
         alive = [p for p in workers if os.path.exists(f"/proc/{p}")
                  and "zombie" not in open(f"/proc/{p}/status").read().lower()]
     assert alive == [], "the worker outlived its leader"
+
+
+def test_a_moved_experiment_folder_points_its_training_record_at_its_own_warm_start(tmp_path):
+    """XD4: a copied folder's train/config.json named the old folder's warm start, and the
+    training resume refused it as another config; relocate rewrites only that case."""
+    from envace_lite.pipelines.learning_curve import relocate
+    from envace_lite.pipelines.resume import check_resume_config
+
+    new = tmp_path / "copy"
+    train_dir = new / "train"
+    train_dir.mkdir(parents=True)
+    cfg = get_config("smoke", {"model.checkpoint": str(tmp_path / "gone/warmstart/checkpoint")})
+    cfg.save(train_dir)
+    mine = str(new / "warmstart" / "checkpoint")
+    moved = get_config("smoke", {"model.checkpoint": mine})
+    with pytest.raises(ConfigError, match="model.checkpoint"):
+        check_resume_config(train_dir, moved)
+    assert relocate(train_dir, mine)
+    check_resume_config(train_dir, moved)  # resumes now
+    assert json.loads((train_dir / "config.json").read_text())["model"]["checkpoint"] == mine
+    assert not relocate(train_dir, mine)  # nothing left to rewrite
+    # an old path that still exists, or another warm start, is a real change: kept, refused later
+    other = tmp_path / "elsewhere" / "checkpoint"
+    other.mkdir(parents=True)
+    get_config("smoke", {"model.checkpoint": str(other)}).save(train_dir)
+    assert not relocate(train_dir, mine)
+    get_config("smoke", {"model.checkpoint": str(tmp_path / "gone/ws2/ck")}).save(train_dir)
+    assert not relocate(train_dir, mine)

@@ -249,6 +249,37 @@ def _background_point(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return heldout_point(*args, **kwargs)
 
 
+def relocate(run_dir: Path, checkpoint: str) -> bool:
+    """Point a moved experiment's training record at its own warm start.
+
+    An experiment folder that was copied or moved holds, in ``train/config.json``, the absolute
+    path of its warm-start checkpoint at the old place; the training resume would refuse that as
+    another config. When the recorded path is gone and ends as ``checkpoint`` does (the same
+    ``warmstart/checkpoint`` of the folder), it is rewritten to ``checkpoint``, with a warning.
+
+    Returns:
+        True when the record was rewritten.
+    """
+    path = run_dir / "config.json"
+    if not path.exists():
+        return False
+    try:
+        recorded = json.loads(path.read_text())
+        old = recorded["model"]["checkpoint"]
+    except (ValueError, KeyError, TypeError):
+        return False  # the training resume check names what is wrong with it
+    if (not old or old == checkpoint or Path(old).exists()
+            or Path(old).parts[-2:] != Path(checkpoint).parts[-2:]):
+        return False
+    recorded["model"]["checkpoint"] = checkpoint
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(recorded, indent=2, sort_keys=True))
+    tmp.replace(path)
+    log.warning("%s: the experiment folder was moved; its training record now names the warm "
+                "start at %s (was %s)", run_dir, checkpoint, old)
+    return True
+
+
 def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
                     eval_limit: int, fidelity_limit: int, before_sft: bool,
                     background_heldout: bool = False) -> dict[str, Any]:
@@ -359,6 +390,7 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
         times["heldout_before"] = round(time.perf_counter() - t, 1)
 
         cfg.model.checkpoint = str(ws / CHECKPOINT)
+        relocate(run_dir, cfg.model.checkpoint)
         t = time.perf_counter()
         for end in _segments(total, heldout_every):
             if end < trained:  # a segment this run has passed: nothing to train
