@@ -404,6 +404,11 @@ class StudyConfig:
     after judging (``drills.reward_control.shuffle_rewards``), so that the advantages keep their
     size but carry no information about what the trajectory did. A held-out change under it is
     what the update does without a learning signal. ``none``: the judged rewards."""
+    copy_rows: int = 0
+    """Warm start: this many extra ACT transcripts of each SFT drill, with every id and asked
+    amount replaced by a fresh random one of the same shape, consistently in the ticket, the
+    calls, the records and the reply (``drills.copy_rows``): the drills' own copy skill, in their
+    own tokens, on entity-free values. Their REHEARSE rows are not made. 0: none."""
     memory_source: Literal["policy", "calls"] = "policy"
     """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
     ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,

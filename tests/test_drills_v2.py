@@ -304,3 +304,56 @@ def test_the_compact_suite_is_v2_with_shorter_records():
     task = suite.suite_tasks(C, "validation")[1]
     assert task.grounding[0][0]["observation"]["content"] == compact_record(
         suite.get_drill(V2, task.id).observations[0]["content"])
+
+
+def test_copy_rows_replace_every_id_and_asked_amount_consistently():
+    """study.copy_rows: a fresh copy of a real return drill has no old id or asked amount left in
+    its ticket, calls, records or checklist; the new values have the old shapes, the fact in the
+    reply is the record's, and the system prompt and tools are the drill's."""
+    import random
+    import re
+
+    from envace_lite.config import get_config
+    from envace_lite.drills.copy_rows import copy_tasks, fresh_copy
+
+    C = "tau2-retail-drills-v2-compact"
+    task = next(t for t in suite.suite_tasks(C, "train") if t.id.startswith("return:"))
+    copy = fresh_copy(task, random.Random(0), forbidden=frozenset())
+    old_ids = set(re.findall(r"W\d{7}|\d{10}|(?:gift_card|credit_card|paypal)_\d{7}",
+                             json.dumps([task.grounding, task.gold_calls])))
+    new_text = json.dumps([copy.messages[1:], copy.grounding, copy.gold_calls,
+                           copy.to_dict()["checklist"]])
+    assert old_ids and not any(i in new_text for i in old_ids)
+    assert copy.messages[0] == task.messages[0] and copy.tools == task.tools
+    assert copy.id == task.id + "~copy" and copy.split == "train"
+    amount = next(str(i.expected) for i in task.checklist[0]
+                  if i.kind == "communicate" and re.fullmatch(r"\d+\.\d\d", str(i.expected)))
+    new_amount = next(str(i.expected) for i in copy.checklist[0]
+                      if i.kind == "communicate" and re.fullmatch(r"\d+\.\d\d", str(i.expected)))
+    assert new_amount != amount and len(new_amount.split(".")[0]) == len(amount.split(".")[0])
+    record = copy.grounding[0][0]["observation"]["content"]
+    assert repr(float(new_amount)) in record and repr(float(amount)) not in record
+    order = re.search(r"W\d{7}", copy.messages[1]["content"]).group(0)
+    assert copy.gold_calls[0][-1]["arguments"]["order_id"] == "#" + order  # the write's id
+    assert f'"order_id": "#{order}"' in record
+    cfg = get_config("drills", {"grpo.suites": [C], "study.copy_rows": 2, "run.seed": 3})
+    two = copy_tasks([task], cfg)
+    assert len(two) == 2 and two[0].messages != two[1].messages
+    assert [t.to_dict() for t in copy_tasks([task], cfg)] == [t.to_dict() for t in two]
+    assert copy_tasks([task], get_config("drills", {"grpo.suites": [C]})) == []
+
+
+def test_extra_sft_tasks_add_act_transcripts_only():
+    from envace_lite.config import get_config
+    from envace_lite.models.micro_base import load_tokenizer
+    from envace_lite.pipelines.sft import EXTRA_SFT_TASKS, extra_act_transcripts
+
+    C = "tau2-retail-drills-v2-compact"
+    assert "copy_rows" in EXTRA_SFT_TASKS
+    tasks = suite.suite_tasks(C, "train")[:3]
+    cfg = get_config("drills", {"grpo.suites": [C], "study.copy_rows": 1,
+                                "study.error_rows": True})
+    ts = extra_act_transcripts(tasks, cfg, load_tokenizer())
+    assert len(ts.act) == 3 and ts.rehearse == [] and ts.stats == {"tasks": 3, "act": 3}
+    assert all(a.task_id.endswith("~copy") for a in ts.act)
+    assert extra_act_transcripts(tasks, get_config("drills"), load_tokenizer()).act == []

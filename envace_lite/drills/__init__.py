@@ -24,15 +24,17 @@ from __future__ import annotations
 
 from envace_lite.core.rewards import register_reward_control
 from envace_lite.core.task_split import register_scenario_suite
-from envace_lite.drills import copy_warmup, pretrain, reward_control, suite
+from envace_lite.drills import copy_rows, copy_warmup, pretrain, reward_control, suite
 from envace_lite.drills.records import COMPACT_SUITES
 from envace_lite.drills.spec import TIERS
 from envace_lite.envs import register_suites
 from envace_lite.models.micro import register_base
+from envace_lite.pipelines.sft import register_extra_sft_tasks
 
 register_suites(tuple(suite.DRILL_DOMAINS), suite)
 register_base(copy_warmup.COPY_PRETRAINS, copy_warmup.copy_base)
 register_base(tuple(TIERS), pretrain.pretrained_base, corpus=pretrain.pretrain_corpus)
 register_reward_control("shuffle", reward_control.shuffle_rewards)
+register_extra_sft_tasks("copy_rows", copy_rows.copy_tasks)
 for _compact, _base in COMPACT_SUITES.items():  # same drills, same SFT/RL halves
     register_scenario_suite(_compact, _base)

@@ -31,7 +31,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from envace_lite import protocol
 from envace_lite.config import Config
@@ -275,6 +275,33 @@ def save_checkpoint(model: Any, tokenizer: Any, folder: Path) -> Path:
     return folder
 
 
+ExtraTasks = Callable[[list[Task], Config], list[Task]]
+"""``build(sft_tasks, cfg) -> tasks`` whose ACT transcripts join the warm start's rows."""
+
+EXTRA_SFT_TASKS: dict[str, ExtraTasks] = {}
+"""Extra warm-start task builders, by name (a plugin's study levers; each returns [] when its
+lever is off)."""
+
+
+def register_extra_sft_tasks(name: str, build: ExtraTasks) -> None:
+    """Register ``build``: its tasks' ACT transcripts join every warm start's rows (their
+    REHEARSE rows and error rows are not made: the tasks are never executed)."""
+    EXTRA_SFT_TASKS[name] = build
+
+
+def extra_act_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any) -> TranscriptSet:
+    """The ACT transcripts of every registered extra builder's tasks for ``tasks``."""
+    import copy as _copy
+
+    extra = [t for build in EXTRA_SFT_TASKS.values() for t in build(tasks, cfg)]
+    if not extra:
+        return TranscriptSet()
+    plain = _copy.deepcopy(cfg)  # no executed error rows, no memory rows for tasks never run
+    plain.study.error_rows, plain.warmstart.memory_share = False, 0.0
+    ts = build_transcripts(extra, plain, tokenizer)
+    return TranscriptSet(act=ts.act, stats={"tasks": len(extra), "act": len(ts.act)})
+
+
 WARMSTART_FREE_GROUPS = ("eval", "rehearsal", "grpo")
 """Groups a warm start never reads (``grpo.suites`` aside, which names its tasks): a rerun into a
 warm-start folder may change them."""
@@ -382,6 +409,10 @@ def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
     world = world_tasks(cfg)  # before any model loads: a count out of range fails at once
     model, tok = load_policy(cfg, train=True)  # micro: builds/loads the tokenizer from these
     ts = build_transcripts(tasks, cfg, tok)
+    extra = extra_act_transcripts(tasks, cfg, tok)  # beyond the paper: a plugin's ACT rows
+    if extra.act:
+        ts.act += extra.act
+        ts.stats["extra_act"] = extra.stats
     w = cfg.warmstart
     rows, row_stats = sft_rows(ts, tok, w.max_length, w.token_budget, cfg.run.seed, w.act_share)
     check_rows(row_stats)
@@ -412,7 +443,8 @@ def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
     return run_dir
 
 
-__all__ = ["CHECKPOINT", "WARMSTART_FREE_GROUPS", "causal_attention", "check_rows",
+__all__ = ["CHECKPOINT", "EXTRA_SFT_TASKS", "WARMSTART_FREE_GROUPS", "extra_act_transcripts",
+           "register_extra_sft_tasks", "causal_attention", "check_rows",
            "check_warmstart_folder", "first_turn_call_rates",
            "run_sft", "save_checkpoint",
            "sft_rows", "warmstart"]

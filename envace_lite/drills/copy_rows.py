@@ -1,0 +1,137 @@
+"""Copy rows: extra warm-start ACT transcripts of the SFT drills with fresh ids and amounts
+(beyond the paper).
+
+What it changes with respect to the paper: the warm start's ACT rows also hold
+``study.copy_rows`` copies of each SFT drill in which every id and asked amount is replaced by a
+fresh random one of the same shape, consistently in the ticket, the calls, the records and the
+closing reply. The policy so sees many more copies of exactly what the drills ask (an id from
+the ticket into a call, the id of a record into the write after it, a fact out of a record into
+the reply) in the drills' own tokens, without a task that RL or evaluation uses. The copies are
+never executed: their observations are the drill's real ones, rewritten.
+
+What is replaced (entity-free: no new id is one of tau2's, ``copy_warmup.tau2_ids``):
+
+- order ids ``W`` + 7 digits (with or without ``#``), user ids ``name_name_NNNN``, payment
+  method ids (``gift_card_``/``credit_card_``/``paypal_`` + 7 digits), 10-digit item and
+  product ids and 12-digit tracking numbers found in the drill's calls and observations;
+- each communicated amount (``123.45``), in the reply and as the record's number (``123.45`` or
+  ``123.4``), by a random amount with the same count of integer digits and a non-zero last
+  cent digit (so that its JSON number and its text agree).
+
+The system prompt, tool schemas and names are left as they are. Reached through
+``pipelines.sft.register_extra_sft_tasks`` (``drills/__init__.py``).
+
+Usage::
+
+    from envace_lite.drills.copy_rows import fresh_copy
+    fresh_copy(task, random.Random(0), forbidden=frozenset())
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+from envace_lite.config import Config
+from envace_lite.types import Task
+
+ID_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("order", r"(?<![A-Za-z0-9])W\d{7}(?!\d)"),
+    ("user", r"\b[a-z]+_[a-z]+_\d{4}\b"),
+    ("payment", r"\b(?:gift_card|credit_card|paypal)_\d{7}\b"),
+    ("tracking", r"(?<!\d)\d{12}(?!\d)"),
+    ("item", r"(?<!\d)\d{10}(?!\d)"),
+)
+"""The id kinds replaced, with their patterns (searched in the calls and observations)."""
+
+AMOUNT = re.compile(r"^\d+\.\d{2}$")
+
+
+def _fresh(kind: str, old: str, rng: random.Random, taken: set[str]) -> str:
+    while True:
+        if kind == "user":
+            new = old[:-4] + f"{rng.randrange(10**4):04d}"
+        elif kind == "payment":
+            new = old[:-7] + f"{rng.randrange(10**7):07d}"
+        elif kind == "order":
+            new = "W" + f"{rng.randrange(10**7):07d}"
+        else:
+            new = f"{rng.randrange(10 ** (len(old) - 1), 10 ** len(old))}"
+        if new != old and new not in taken and ("#" + new) not in taken:
+            taken.add(new)
+            return new
+
+
+def _amount(old: str, rng: random.Random) -> str:
+    whole = old.split(".")[0]
+    low = 10 ** (len(whole) - 1) if len(whole) > 1 else 0
+    return f"{rng.randrange(low, 10 ** len(whole))}.{rng.randrange(10)}{rng.randrange(1, 10)}"
+
+
+def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset()) -> Task:
+    """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy``.
+
+    Args:
+        task: a drill task (``drills.suite.suite_tasks``).
+        rng: the draw of the new values.
+        forbidden: ids no new value may equal (tau2's own).
+
+    Returns:
+        A new ``Task``; ``task`` is left as it is.
+    """
+    d = task.to_dict()
+    parts = {k: d[k] for k in ("user_turns", "checklist", "grounding", "gold_calls")}
+    parts["message"] = [m for m in d["messages"] if m.get("role") != "system"]
+    source = json.dumps([d["grounding"], d["gold_calls"]])
+    taken = set(forbidden)
+    mapping: dict[str, str] = {}
+    for kind, pattern in ID_PATTERNS:
+        for old in dict.fromkeys(re.findall(pattern, source)):
+            if old not in mapping and not any(old in k for k in mapping):
+                mapping[old] = _fresh(kind, old, rng, taken)
+    amounts = {}
+    for turn in task.checklist:
+        for item in turn:
+            if item.kind == "communicate" and AMOUNT.match(str(item.expected)):
+                amounts[str(item.expected)] = _amount(str(item.expected), rng)
+    text = json.dumps(parts)
+    if mapping:
+        text = re.sub("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)),
+                      lambda m: mapping[m.group(0)], text)
+    for old, new in amounts.items():
+        for form in dict.fromkeys((old, repr(float(old)))):  # the reply's and the record's
+            text = re.sub(rf"(?<![\d.]){re.escape(form)}(?![\d])", new, text)
+    new_parts = json.loads(text)
+    system = [m for m in d["messages"] if m.get("role") == "system"]
+    out = {**d, **{k: new_parts[k] for k in ("user_turns", "checklist", "grounding",
+                                             "gold_calls")},
+           "messages": system + new_parts["message"], "id": f"{task.id}~copy"}
+    return Task.from_dict(out)
+
+
+def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
+    """``cfg.study.copy_rows`` fresh copies of each of ``tasks`` (the SFT drills), seeded by the
+    run seed and the task id; none when it is 0 or the tasks are not drills.
+
+    Registered as an extra warm-start task builder (``pipelines.sft.register_extra_sft_tasks``):
+    the warm start takes their ACT transcripts only.
+    """
+    n = cfg.study.copy_rows
+    if n <= 0:
+        return []
+    from envace_lite.drills.copy_warmup import tau2_ids
+    from envace_lite.drills.suite import DRILL_DOMAINS
+
+    forbidden = tau2_ids()
+    out = []
+    for task in tasks:
+        if task.suite not in DRILL_DOMAINS:
+            continue
+        for k in range(n):
+            rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
+            out.append(fresh_copy(task, rng, forbidden))
+    return out
+
+
+__all__ = ["AMOUNT", "ID_PATTERNS", "copy_tasks", "fresh_copy"]
