@@ -312,7 +312,8 @@ def drills_reading(
                     "suite": ",".join(sorted({r["suite"] for r in rows})),
                     "seed": seeds[0] if len(seeds) == 1 else seeds,
                     "episodes": m["success"]["of"], "errors": m["errors"],
-                    "success": m["success"]["rate"] or 0.0, "successes": m["success"]["n"],
+                    "success": m["success"]["n"] / m["success"]["of"] if m["success"]["of"]
+                    else 0.0, "successes": m["success"]["n"],
                     "write_successes": m["write_drills_passed"]["n"],
                     "real_calls": m["real_calls"],
                     "failed_real_calls": m["failed_real_calls"], "reading": m,
