@@ -181,6 +181,13 @@ BAD_INPUTS = [
     (["experiment", "--set", "eval.split=validation"], "unknown split 'validation'"),
     (["warmstart", "--set", 'grpo.suites=["tau2-bogus"]'], "grpo.suites: unknown suite"),
     (["train", "--set", 'grpo.suites=["bfcl-bse"]'], "grpo.suites: unknown suite 'bfcl-bse'"),
+    # a GPU profile on a machine without CUDA, a hub model missing from the offline cache
+    (["eval", "--profile", "gpu", "--suite", "bfcl-base"], "model.device='cuda' needs a CUDA GPU"),
+    (["train", "--profile", "colab"], "needs a CUDA GPU and this machine has none"),
+    (["eval", "--profile", "gpu", "--suite", "bfcl-base", "--set", "model.device=cpu"],
+     "model.name='Qwen/Qwen3-1.7B' is not in the local Hugging Face cache"),
+    (["experiment", "--profile", "scaled", "--set", "model.device=cpu"],
+     "model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache"),
     # R1: a strategy without rehearsal is refused, not dropped
     (["eval", "--suite", "bfcl-base", "--strategy", "select"],
      "--strategy select applies to private rehearsal"),
@@ -205,6 +212,7 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, monkeypatch, a
         raise AssertionError("no model may load")
 
     monkeypatch.setattr(models, "load_policy", boom)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     runs = tmp_path / "runs"
     if "cannot create" in message:  # a runs root no folder can be made under
         runs.write_text("a file where the runs folder should be")

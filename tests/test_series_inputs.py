@@ -5,6 +5,8 @@ series folder must not exist afterwards, which shows that the check ran before a
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -26,6 +28,7 @@ CASES = [
     (["--profile", "smoke", "--only", "01", "-p", "seed=3"],
      "-p seed: set by the runner"),
     (["--profile", "smoke", "-p", "02task_id"], "use name=value or NN:name=value"),
+    (["--profile", "gpu", "--only", "02"], "--profile gpu: model.device='cuda' needs a CUDA GPU"),
     # NB10, NB11: suites, split and task index, checked against what the kernel would read
     (["--profile", "smoke", "--only", "01", "-p", "tau2_suite=tau2-bogus"],
      "notebook 01_tools_environments_tasks parameter tau2_suite: unknown suite 'tau2-bogus'"),
@@ -49,3 +52,38 @@ def test_bad_series_input_is_one_line_before_any_notebook(args, message, tmp_pat
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert message in lines[0]
     assert not out.exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"profile": "laptop", "stages": [{"name": "00_tour", "status": "not run"}]},
+     "holds a series of profile 'laptop', not 'smoke'"),
+    ({"profile": "smoke", "started": "2026-12-01 10:00:00",
+      "stages": [{"name": "00_tour", "status": "ok"}]}, "holds a finished smoke series"),
+    ("not json", "its series.json is unreadable"),
+    (None, "holds files of something else than a series"),
+])
+def test_notebooks_out_into_another_series_is_refused_unless_forced(meta, message, tmp_path,
+                                                                     monkeypatch):
+    """A series --out of another profile, a finished series or other files: one line, exit 2,
+    the folder untouched; --force passes the check (the refused case then runs)."""
+    from envace_lite.course import series as series_mod
+
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    out = tmp_path / "series"
+    out.mkdir()
+    if meta is None:
+        (out / "notes.txt").write_text("mine")
+    else:
+        (out / "series.json").write_text(meta if isinstance(meta, str) else json.dumps(meta))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "00",
+                                      "--out", str(out)])
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+    assert "--force" in lines[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    series_mod.check_series_folder(out, "smoke", force=True)  # --force: no refusal
+    # an unfinished series of the same profile is run again, not refused
+    (out / "series.json").write_text(json.dumps(
+        {"profile": "smoke", "stages": [{"name": "00_tour", "status": "failed"}]}))
+    series_mod.check_series_folder(out, "smoke")

@@ -216,6 +216,9 @@ def eval_cmd(
     suites = suite or cfg.eval.suites
     check_suites(suites, cfg.eval.split, cfg.eval.user_url)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
+    from envace_lite.models.load import check_model_reachable
+
+    check_model_reachable(cfg)
     if cfg.rehearsal.mode != "none" or sweep:
         checkpoint_option(cfg.rehearsal.policy, cfg, "--rehearsal-checkpoint",
                           allow_profile_mismatch)
@@ -285,6 +288,9 @@ def fidelity_cmd(
                          final={"model.checkpoint": checkpoint} if checkpoint else None)
     check_suites(list(suite), "all", None)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
+    from envace_lite.models.load import check_model_reachable
+
+    check_model_reachable(cfg)
     run_dir = make_run_folder(out, "fidelity", profile, seed, cfg.run.runs_root)
     cfg.save(run_dir)
     start = time.perf_counter()
@@ -332,6 +338,9 @@ def train_cmd(
         raise e if isinstance(e, ConfigError) else ConfigError(str(e)) from None
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint", allow_profile_mismatch)
     check_run_suites(cfg, heldout=False)
+    from envace_lite.models.load import check_model_reachable
+
+    check_model_reachable(cfg)
     start = time.perf_counter()
     out = train(cfg, run_dir or None)  # it checks the rest before it makes the run folder
     typer.echo(f"trained {cfg.grpo.steps} steps ({cfg.grpo.mode}) in "
@@ -353,6 +362,9 @@ def warmstart_cmd(
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed})
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     check_run_suites(cfg, heldout=False)
+    from envace_lite.models.load import check_model_reachable
+
+    check_model_reachable(cfg)
     folder = make_run_folder(run_dir, "warmstart", cfg.profile, seed, cfg.run.runs_root)
     start = time.perf_counter()
     out = warmstart(cfg, folder, measure=measure)
@@ -401,6 +413,9 @@ def experiment_cmd(
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed}, final=final)
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     check_run_suites(cfg, heldout=True)  # before the warm start, as eval checks them
+    from envace_lite.models.load import check_model_reachable
+
+    check_model_reachable(cfg)
     if warmstart_dir:
         from envace_lite.pipelines.sft import CHECKPOINT
 
@@ -433,6 +448,8 @@ def notebooks_cmd(
     param: list[str] = typer.Option([], "--param", "-p", help="notebook parameter name=value "
                                     "(JSON value) for every notebook declaring it, or "
                                     "NN:name=value for notebook NN only"),
+    force: bool = typer.Option(False, help="write into an --out that holds a finished series, "
+                               "another profile's, or other files (refused otherwise)"),
 ) -> None:
     """Execute the notebooks in order with papermill into one series run dir, with HTML exports
     and an index page; a failed cell stops the series and names the notebook and the cell."""
@@ -441,9 +458,16 @@ def notebooks_cmd(
     check_profile(profile)  # before any kernel starts
     names = [s.strip() for s in only.split(",") if s.strip()] or None
     parameters = parse_notebook_params(param)
+    from envace_lite.course.helpers import model_folder
+    from envace_lite.models.load import check_model_reachable
+
+    model_dir = parameters.get("model_dir", "")  # the kernels load the profile's model, or this
+    check_model_reachable(config_for(profile, model_folder(model_dir if isinstance(
+        model_dir, str) else "")))
     try:  # unknown notebooks or parameters raise ConfigError before any kernel starts
         series = run_series(profile, names, out or None, parameters, seed=seed,
-                            cell_timeout=cell_timeout or None, timeout=timeout or None)
+                            cell_timeout=cell_timeout or None, timeout=timeout or None,
+                            force=force)
     except NotebookFailed as e:
         typer.echo(f"FAILED: {e}\nindex: {e.series_dir / 'index.html'}", err=True)
         sys.exit(1)

@@ -401,10 +401,45 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
     return record
 
 
+def check_series_folder(out: Path, profile: str, force: bool = False) -> None:
+    """Refuse an ``--out`` that holds what a series would overwrite or mix with its own.
+
+    A folder holding a series of another profile, a finished series (every notebook ``ok``), an
+    unreadable ``series.json`` or other files is refused unless ``force``; an absent or empty
+    folder, or an unfinished series of the same profile (it is run again), is taken.
+
+    Raises:
+        ConfigError: one line naming the folder, what it holds and ``--force``.
+    """
+    if force or not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: a file, not a folder")
+    meta_path = out / "series.json"
+    if not meta_path.exists():
+        if any(out.iterdir()):
+            raise ConfigError(f"--out {out} holds files of something else than a series: use "
+                              "another --out, or --force to write into it")
+        return
+    try:
+        meta = json.loads(meta_path.read_text())
+        stages, had = meta["stages"], meta["profile"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"--out {out}: its series.json is unreadable: use another --out, or "
+                          "--force to overwrite it") from None
+    if had != profile:
+        raise ConfigError(f"--out {out} holds a series of profile {had!r}, not {profile!r}: use "
+                          "another --out, or --force to mix them")
+    if stages and all(st.get("status") == "ok" for st in stages):
+        raise ConfigError(f"--out {out} holds a finished {had} series (started "
+                          f"{meta.get('started', '?')}): use another --out, or --force to run "
+                          "it again over it")
+
+
 def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path | None = None,
                parameters: dict[str, Any] | None = None, *, seed: int = 0,
                source_dir: str | Path = NOTEBOOKS_DIR, cell_timeout: int | None = None,
-               timeout: int | None = None) -> Path:
+               timeout: int | None = None, force: bool = False) -> Path:
     """Execute the notebooks in order into one series run dir (see the module docstring).
 
     Args:
@@ -416,6 +451,7 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
         seed: passed to every notebook as ``seed``.
         source_dir: where the committed notebooks are.
         cell_timeout, timeout: seconds per cell and per notebook (default: ``TIMEOUTS``).
+        force: write into an ``out`` that ``check_series_folder`` would refuse.
 
     Returns:
         The series dir, holding ``index.html`` and one folder per notebook.
@@ -424,12 +460,15 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
         NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
             kept, and the index is written first.
         ConfigError: before any kernel starts, one line: an unknown profile, a notebook that does
-            not exist, or a parameter that fails ``check_series_params``.
+            not exist, a parameter that fails ``check_series_params``, or an ``out`` that
+            ``check_series_folder`` refuses.
     """
     check_profile(profile)
     paths = select(discover(Path(source_dir)), notebooks)
     extra = dict(parameters or {})
     check_series_params(paths, extra)
+    if out:
+        check_series_folder(Path(out), profile, force)
     cell_t, nb_t = TIMEOUTS.get(profile, TIMEOUTS["laptop"])
     cell_timeout, timeout = cell_timeout or cell_t, timeout or nb_t
     series = Path(out) if out else new_run_dir("notebooks", profile, seed, str(runs_root()))
@@ -462,6 +501,7 @@ __all__ = [
     "FOLDER_PARAMS",
     "RUNNER_PARAMS",
     "NotebookFailed",
+    "check_series_folder",
     "check_series_params",
     "discover",
     "export_html",

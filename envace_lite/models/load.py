@@ -249,6 +249,39 @@ def smollm2_hf_dir() -> Path:
     return target
 
 
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
+
+
+def check_model_reachable(cfg: Config) -> None:
+    """Before any run folder or model: the policy ``cfg`` names can load on this machine.
+
+    Checks that a ``cuda`` device has CUDA, and that a hub model (``model.kind="hub"``, no
+    ``model.checkpoint``, a name that is no local folder) is in the local Hugging Face cache
+    when the hub is offline (``HF_HUB_OFFLINE``). With the hub online a missing model is
+    downloaded at load time, so it is not refused here.
+
+    Raises:
+        ConfigError: one line naming the setting and what to do instead.
+    """
+    from envace_lite.config import ConfigError
+
+    m = cfg.model
+    if m.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--profile {cfg.profile}: model.device={m.device!r} needs a CUDA GPU "
+                          "and this machine has none: use an offline profile "
+                          f"({', '.join(OFFLINE_PROFILES)}), or --set model.device=cpu")
+    if m.kind != "hub" or m.checkpoint or Path(m.name).exists() or not _hub_offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(m.name, "config.json"), str):
+        raise ConfigError(f"model.name={m.name!r} is not in the local Hugging Face cache and the "
+                          f"hub is offline (HF_HUB_OFFLINE): download it on a connected machine "
+                          f"(`hf download {m.name}`), point model.name at a local folder, or use "
+                          f"an offline profile ({', '.join(OFFLINE_PROFILES)})")
+
+
 def _hub_error(name: str, exc: BaseException) -> RuntimeError:
     return RuntimeError(
         f"could not load {name!r}: it is not in the local Hugging Face cache and the hub is "
@@ -264,7 +297,7 @@ def _from_pretrained(loader: Any, name: str, **kwargs: Any) -> Any:
     except OSError as exc:
         if Path(name).exists():  # a local folder: the hub cannot help
             raise
-        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}:
+        if _hub_offline():
             raise _hub_error(name, exc) from exc
     try:
         return loader.from_pretrained(name, **kwargs)
