@@ -232,3 +232,47 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, monkeypatch, a
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run folder left behind
     assert not runs.is_dir()
+
+
+def test_ctrl_c_is_one_line_exit_130_naming_what_was_kept(tmp_path, monkeypatch):
+    """Ctrl-C in eval (after the run folder), train and notebooks: one line, exit 130; the
+    series writes series.json and index.html with the running notebook marked interrupted."""
+    from envace_lite.course import series as series_mod
+    from envace_lite.pipelines import evaluate, train
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(evaluate, "evaluate", interrupt)
+    monkeypatch.setattr(evaluate, "as_policy", lambda *a, **k: None)
+    out = tmp_path / "ev"
+    res = CliRunner().invoke(app, ["eval", "--profile", "smoke", "--suite", "bfcl-base",
+                                   "--limit", "1", "--out", str(out)])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 130 and lines == [
+        f"interrupted: what finished is kept in {out}; rerun the same command to go on"], lines
+    monkeypatch.setattr(train, "train", interrupt)
+    res = CliRunner().invoke(app, ["train", "--profile", "smoke", "--steps", "1"])
+    assert res.exit_code == 130 and "interrupted: what finished is kept in the command's run " \
+        "folder" in res.output
+    calls = []
+
+    def second_interrupts(src, stage, params, *a):
+        calls.append(src.stem)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"name": src.stem, "status": "ok", "seconds": 1.0, "cell": None, "error": ""}
+
+    monkeypatch.setattr(series_mod, "run_notebook", second_interrupts)
+    series = tmp_path / "series"
+    res = CliRunner().invoke(app, ["notebooks", "--profile", "smoke", "--only", "00,01,02",
+                                   "--out", str(series)])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 130 and len(lines) == 1, res.output
+    assert lines[0] == (f"interrupted: series.json and index.html written in {series}, notebook "
+                        "01_tools_environments_tasks marked interrupted; rerun the same command "
+                        "to go on")
+    meta = json.loads((series / "series.json").read_text())
+    assert [s["status"] for s in meta["stages"]] == ["ok", "interrupted", "not run"]
+    assert (series / "index.html").exists()

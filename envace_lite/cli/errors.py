@@ -14,16 +14,20 @@ import typer
 
 from envace_lite.config import Config, ConfigError, get_config
 
-STATE = {"debug": False}
-"""``debug``: the root ``--debug`` flag of the running command."""
+STATE: dict[str, Any] = {"debug": False, "run_folder": None}
+"""``debug``: the root ``--debug`` flag of the running command; ``run_folder``: the folder
+``make_run_folder`` gave it (None until then)."""
 
 
 def user_errors(fn):
     """User mistakes (``ConfigError``) print one line and exit 2; a judge that does not answer
-    (``judge.JudgeUnavailable``) exits 1; ``--debug`` re-raises both with the traceback."""
+    (``judge.JudgeUnavailable``) exits 1; Ctrl-C prints one line saying what was kept and where
+    (the run folder of ``make_run_folder``, or a series' pages) and exits 130; ``--debug``
+    re-raises them with the traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        STATE["run_folder"] = None
         try:
             return fn(*args, **kwargs)
         except ConfigError as e:
@@ -31,6 +35,16 @@ def user_errors(fn):
                 raise
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt as e:
+            if STATE["debug"]:
+                raise
+            where = getattr(e, "folder", None) or STATE.get("run_folder")
+            kept = (f"series.json and index.html written in {where}, notebook "
+                    f"{e.notebook} marked interrupted" if hasattr(e, "notebook") else
+                    f"what finished is kept in {where}" if where else
+                    "what finished is kept in the command's run folder")
+            typer.echo(f"interrupted: {kept}; rerun the same command to go on", err=True)
+            raise typer.Exit(130) from None
         except RuntimeError as e:
             from envace_lite.core.judge import JudgeUnavailable
 
@@ -157,8 +171,10 @@ def make_run_folder(out: str, command: str, profile: str, seed: int, root: str) 
         if out:
             folder = Path(out)
             folder.mkdir(parents=True, exist_ok=True)
-            return folder
-        return new_run_dir(command, profile, seed, root)
+        else:
+            folder = new_run_dir(command, profile, seed, root)
+        STATE["run_folder"] = str(folder)  # named by the Ctrl-C line (user_errors)
+        return folder
     except OSError as e:
         import os
 

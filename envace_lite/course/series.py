@@ -380,6 +380,9 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
             left = timeout - (time.perf_counter() - start)
             try:
                 rc = proc.wait(timeout=max(0.1, min(PROGRESS_EVERY, left)))
+            except KeyboardInterrupt:  # papermill is in its own session: Ctrl-C missed it
+                _stop(proc)
+                raise
             except subprocess.TimeoutExpired:
                 if time.perf_counter() - start >= timeout:
                     _stop(proc)
@@ -399,6 +402,15 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
     record["figures"] = sorted(p.name for p in stage.iterdir()
                                if p.suffix.lower() in (".png", ".svg", ".jpg"))
     return record
+
+
+class SeriesInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a series: ``series.json`` and ``index.html`` were written, the notebook
+    that ran marked ``interrupted``; ``folder`` is the series dir."""
+
+    def __init__(self, folder: Path, notebook: str) -> None:
+        super().__init__(f"the series in {folder} was interrupted at notebook {notebook}")
+        self.folder, self.notebook = folder, notebook
 
 
 def check_series_folder(out: Path, profile: str, force: bool = False) -> None:
@@ -459,6 +471,8 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
     Raises:
         NotebookFailed: a notebook failed or timed out; earlier notebooks and the failed one are
             kept, and the index is written first.
+        SeriesInterrupted: Ctrl-C; the index and ``series.json`` are written first, the
+            running notebook marked ``interrupted``.
         ConfigError: before any kernel starts, one line: an unknown profile, a notebook that does
             not exist, a parameter that fails ``check_series_params``, or an ``out`` that
             ``check_series_folder`` refuses.
@@ -480,8 +494,17 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
         base = {"profile": profile, "seed": seed, "run_dir": str(series / src.stem),
                 "artifacts_dir": str(series)}
         log.info("notebook %s (%d/%d) ...", src.stem, i + 1, len(paths))
-        record = run_notebook(src, series / src.stem, _parameters(src, base, extra),
-                              cell_timeout, timeout, profile)
+        started = time.perf_counter()
+        try:
+            record = run_notebook(src, series / src.stem, _parameters(src, base, extra),
+                                  cell_timeout, timeout, profile)
+        except KeyboardInterrupt:  # the series' pages still tell what ran and where it stopped
+            cell, _ = _failure(series / src.stem / src.name)
+            meta["stages"][i] = {"name": src.stem, "status": "interrupted", "cell": cell,
+                                 "seconds": round(time.perf_counter() - started, 1),
+                                 "error": "interrupted (Ctrl-C)", "notebook": src.name}
+            write_index(series, meta)
+            raise SeriesInterrupted(series, src.stem) from None
         meta["stages"][i] = record
         write_index(series, meta)
         log.info("notebook %s: %s in %.1f s", src.stem, record["status"], record["seconds"])
@@ -501,6 +524,7 @@ __all__ = [
     "FOLDER_PARAMS",
     "RUNNER_PARAMS",
     "NotebookFailed",
+    "SeriesInterrupted",
     "check_series_folder",
     "check_series_params",
     "discover",
