@@ -60,7 +60,8 @@ def read_kit(path: Path = KIT) -> dict[str, str]:
 
 
 def wheel_name(path: Path) -> str:
-    """The normalized distribution name of a wheel file (``pydantic_core-2.5-...`` -> ``pydantic-core``)."""
+    """The normalized distribution name of a wheel file (``pydantic_core-2.5-...`` ->
+    ``pydantic-core``)."""
     return normalize(path.name.split("-", 1)[0])
 
 
@@ -135,7 +136,8 @@ def from_venv(out: Path, names: list[str]) -> list[Path]:
 
 
 def tree_mib() -> float:
-    """MiB of the files a device call sends of this checkout (tracked and untracked, not ignored)."""
+    """MiB of the files a device call sends of this checkout (tracked, and untracked but not
+    ignored)."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                            cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     return sum((ROOT / f.decode()).stat().st_size for f in files

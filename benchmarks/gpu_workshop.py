@@ -10,8 +10,8 @@ rendering and generation caps are the profile's, so the memory and time figures 
 real model; only the text is noise (a random policy rarely calls a tool, so its episodes end
 early: time per **turn** is the figure to carry over, not time per notebook).
 
-The GPU machine has CUDA torch and most of the stack, but not TRL, papermill's kernel stack or
-the benchmarks (``benchmarks/gpu_kit.txt``). ``--kit DIR`` first installs the wheels of ``DIR``
+The GPU machine has CUDA torch and most of the stack, but not TRL, papermill's kernel stack
+or the benchmarks (``benchmarks/gpu_kit.txt``). ``--kit DIR`` first installs the wheels of ``DIR``
 (made here by ``make gpu-kit``) with ``pip install --no-index --no-deps --target SITE`` and puts
 ``SITE`` first on every phase's ``PYTHONPATH``.
 
@@ -31,7 +31,8 @@ Peak GPU memory is the largest ``memory.used`` that ``nvidia-smi`` reports while
 (sampled every 200 ms; it includes PyTorch's cached blocks and the CUDA context, so it is what
 the card must hold). Tokens/s: trained tokens per second of the train step (``act/tokens +
 rehearse/tokens`` over the step's ``seconds`` in ``metrics.jsonl``, rollout included), and
-generated tokens (ACT and rehearsal) per second of the evaluation's phase. The JSON holds ``machine``
+generated tokens (ACT and rehearsal) per second of the evaluation's
+phase. The JSON holds ``machine``
 (torch and CUDA versions, the device name), ``command``, ``kit`` (the wheels installed), the
 model's shape and per phase ``seconds``, ``budget_s``, ``peak_gpu_mib``, ``status``.
 
@@ -147,14 +148,16 @@ def run_phase(name: str, cmd: list[str], env: dict[str, str], log_dir: Path,
     start = time.perf_counter()
     with GpuPeak() as peak, open(log_dir / f"{name}.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                start_new_session=True)  # its own group: a timeout stops kernels too
+                                start_new_session=True)  # its own group: kernels stop with it
         try:
             rc = proc.wait(timeout=timeout)
             status = "ok" if rc == 0 else f"exit {rc}"
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             status = f"timeout after {timeout:.0f} s"
+        finally:  # a timeout, Ctrl-C or a kill of this script: the phase's group goes too
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     record = {"command": " ".join(cmd), "status": status,
               "seconds": round(time.perf_counter() - start, 1), "peak_gpu_mib": peak.peak}
     print(f"{name}: {status}, {record['seconds']} s, peak {peak.peak} MiB", flush=True)
@@ -333,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                       left() - 5, run_out)
         result["logs_tail"] = {p.stem: p.read_text()[-3000:] for p in tmp.glob("*.log")}
         result["seconds"] = round(time.perf_counter() - t0, 1)
+        if str(site) in sys.path:  # the kit's folder goes with the temporary folder
+            sys.path.remove(str(site))
     write_json(out, result)
     print(f"wrote {out} ({result['seconds']} s)")
     return 0 if all(p.get("status") == "ok" for p in result["phases"].values()) else 1

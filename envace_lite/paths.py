@@ -266,8 +266,10 @@ def run_folder_lock(folder: str | Path, command: str = "") -> Iterator[Path]:
             json.dump(me, f)
         break
     else:
-        raise RunFolderLocked(f"{folder}: its lock changed hands 50 times while this process "
-                              f"waited: another writer is starting; try again")
+        raise RunFolderLocked(f"{folder}: its stale lock could not be taken over (another "
+                              f"takeover runs, or {path.name}.takeover was left by a process "
+                              f"killed in one and is removed after {TAKEOVER_STALE_S:.0f} s): "
+                              "try again")
     _HELD[folder] = 1
     try:
         yield folder

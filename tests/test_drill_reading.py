@@ -13,7 +13,8 @@ V2 = "tau2-retail-drills-v2"
 
 
 def _row(task_id, reward, calls, fact_ok, error=""):
-    return {"suite": V2, "task_id": task_id, "reward": reward, "error": error, "split": "validation",
+    return {"suite": V2, "task_id": task_id, "reward": reward, "error": error,
+            "split": "validation",
             "real_call_log": calls, "details": {"drill_check": {"passed": fact_ok}}}
 
 

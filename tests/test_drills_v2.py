@@ -326,7 +326,7 @@ def test_copy_rows_replace_every_id_and_asked_amount_consistently():
                            copy.to_dict()["checklist"]])
     assert old_ids and not any(i in new_text for i in old_ids)
     assert copy.messages[0] == task.messages[0] and copy.tools == task.tools
-    assert copy.id == task.id + "~copy" and copy.split == "train"
+    assert copy.id == task.id + "~copy0" and copy.split == "train"
     amount = next(str(i.expected) for i in task.checklist[0]
                   if i.kind == "communicate" and re.fullmatch(r"\d+\.\d\d", str(i.expected)))
     new_amount = next(str(i.expected) for i in copy.checklist[0]
@@ -340,6 +340,7 @@ def test_copy_rows_replace_every_id_and_asked_amount_consistently():
     cfg = get_config("drills", {"grpo.suites": [C], "study.copy_rows": 2, "run.seed": 3})
     two = copy_tasks([task], cfg)
     assert len(two) == 2 and two[0].messages != two[1].messages
+    assert [t.id for t in two] == [task.id + "~copy0", task.id + "~copy1"]
     assert [t.to_dict() for t in copy_tasks([task], cfg)] == [t.to_dict() for t in two]
     assert copy_tasks([task], get_config("drills", {"grpo.suites": [C]})) == []
 
@@ -356,5 +357,5 @@ def test_extra_sft_tasks_add_act_transcripts_only():
                                 "study.error_rows": True})
     ts = extra_act_transcripts(tasks, cfg, load_tokenizer())
     assert len(ts.act) == 3 and ts.rehearse == [] and ts.stats == {"tasks": 3, "act": 3}
-    assert all(a.task_id.endswith("~copy") for a in ts.act)
+    assert all(a.task_id.endswith("~copy0") for a in ts.act)
     assert extra_act_transcripts(tasks, get_config("drills"), load_tokenizer()).act == []

@@ -126,10 +126,12 @@ def test_a_damaged_manifest_stops_before_any_base_is_trained(tmp_path, monkeypat
     from envace_lite.models import micro_base
     from envace_lite.models.load import load_policy
 
+    from envace_lite.models.micro_base import SHIPPED_MANIFEST_SHA256
+
     dst = _copy(tmp_path)
     _rewrite_manifest(dst, damage)
     with pytest.raises(BaseHashError) as err:
-        verify(dst)
+        verify(dst, pinned=SHIPPED_MANIFEST_SHA256)
     assert "\n" not in str(err.value) and MANIFEST in str(err.value) and words in str(err.value)
     assert REBUILD in str(err.value)
 
@@ -147,14 +149,15 @@ def test_a_damaged_manifest_stops_before_any_base_is_trained(tmp_path, monkeypat
 def test_manifest_structure_is_checked_when_not_pinned(tmp_path):
     """MB5 and the structure checks, on a base built elsewhere (no pin): not JSON, no files,
     a required file not listed, a recipe without its fields; each one line naming the file."""
-    from envace_lite.models.micro_base import read_manifest
+    from envace_lite.models.micro_base import SHIPPED_MANIFEST_SHA256, read_manifest
 
     dst = _copy(tmp_path)
     (dst / MANIFEST).write_text('{"files": {')
     with pytest.raises(BaseHashError, match="not JSON"):  # pinned: the hash stops it first
         read_manifest(dst, pinned=None)
     with pytest.raises(BaseHashError, match="sha256"):
-        read_manifest(dst)
+        read_manifest(dst, pinned=SHIPPED_MANIFEST_SHA256)
+    read_manifest(BASE_DIR)  # the shipped folder: pinned by default
     for body, words in (({"files": {}, "recipe": {}}, "lists no files"),
                         ({"files": {"config.json": "x"}, "recipe": {}}, "does not list"),
                         ({"files": {n: "x" for n in ("config.json", "model.safetensors",
@@ -188,3 +191,12 @@ def test_the_pinned_hash_is_the_shipped_manifest():
     assert sha256(BASE_DIR / MANIFEST) == SHIPPED_MANIFEST_SHA256
     manifest = verify()
     assert manifest["sizes"] == {n: (BASE_DIR / n).stat().st_size for n in manifest["files"]}
+
+
+def test_a_rebuilt_base_elsewhere_loads_under_its_own_manifest(tmp_path):
+    """The pin is the shipped folder's: a base rebuilt into another folder (another manifest,
+    same structure) verifies by its own hashes; the shipped folder's manifest stays pinned."""
+    dst = _copy(tmp_path)
+    _rewrite_manifest(dst, lambda m: m["result"].update({"seconds": 1}))
+    assert verify(dst)["result"]["seconds"] == 1
+    assert load_base(dst)[0] is not None

@@ -1138,8 +1138,8 @@ def _contend(folder, barrier, holders, peak, guard, won):
 
 
 def test_a_stale_lock_is_taken_over_by_one_process_only():
-    """K6: four processes meet a stale lock at a barrier, 100 times; at most one holds the lock
-    at any moment, and one gets it each time."""
+    """K6: eight processes meet a stale lock at a barrier, 100 times; at most one holds the lock
+    at any moment, and one gets it each time (the unlocked takeover gave two holders)."""
     import multiprocessing as mp
     import socket
     import tempfile

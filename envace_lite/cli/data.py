@@ -290,7 +290,8 @@ def drills_report(
 @drills_app.command("reading")
 @drill_errors
 def drills_reading(
-    eval_dir: str = typer.Option(..., "--eval", help="an envace-lite eval folder on a drills suite"),
+    eval_dir: str = typer.Option(..., "--eval",
+                                 help="an envace-lite eval folder on a drills suite"),
     warmstart: str = typer.Option("", help="the warm-start run folder of the policy evaluated "
                                   "(its SFT steps, time and rows go into the record)"),
     name: str = typer.Option("", help="the lever's name in the record"),

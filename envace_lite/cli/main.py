@@ -461,9 +461,10 @@ def notebooks_cmd(
     from envace_lite.course.helpers import model_folder
     from envace_lite.models.load import check_model_reachable
 
-    model_dir = parameters.get("model_dir", "")  # the kernels load the profile's model, or this
-    check_model_reachable(config_for(profile, model_folder(model_dir if isinstance(
-        model_dir, str) else "")))
+    dirs = [v for v in [parameters.get("model_dir")] + [p.get("model_dir") for p in
+            parameters.values() if isinstance(p, dict)] if isinstance(v, str) and v]
+    # the kernels load the profile's model, or the local folder a model_dir parameter names
+    check_model_reachable(config_for(profile, model_folder(dirs[0] if dirs else "")))
     try:  # unknown notebooks or parameters raise ConfigError before any kernel starts
         series = run_series(profile, names, out or None, parameters, seed=seed,
                             cell_timeout=cell_timeout or None, timeout=timeout or None,

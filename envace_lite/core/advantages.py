@@ -100,16 +100,17 @@ def flatten_outputs(trajs: Sequence[Trajectory], penalty: float
         ``rewards.output_valid``: False for every output of a judge-failed trajectory (reward 0
         placeholder) and for REHEARSE outputs of the frozen simulator. A trajectory whose reward
         is NaN, infinite or past ``rewards.REWARD_LIMIT`` (set by anything but
-        ``score_trajectories``, which refuses one) is masked the same way, with a logged error: a NaN in a group would make every advantage
-        of the group NaN.
+        ``score_trajectories``, which refuses one) is masked the same way, with a logged
+        error: a NaN in a group would make every advantage of the group NaN.
     """
     from envace_lite.core.rewards import output_rewards, output_valid, usable_reward
 
     rewards, task_ids, roles, valid = [], [], [], []
     for traj in trajs:
         if traj.reward_valid and traj.reward is not None and not usable_reward(traj.reward):
-            log.error("%s #%d: non-finite reward %r; its outputs are masked (zero advantage, "
-                      "out of the loss)", traj.task.id, traj.index, traj.reward)
+            log.error("%s #%d: reward %r is not finite in float32 (|R| past REWARD_LIMIT); its "
+                      "outputs are masked (zero advantage, out of the loss)", traj.task.id,
+                      traj.index, traj.reward)
             rewards += [0.0] * len(traj.outputs)
             valid += [False] * len(traj.outputs)
         else:

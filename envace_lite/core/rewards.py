@@ -220,8 +220,8 @@ def score_trajectories(trajs: list[Trajectory], judge: Any = "rule") -> dict[str
             log.error("%s #%d: the judge returned a reward that is not finite in float32 (%r, "
                       "|R| > %g); refused, the trajectory is masked from the baselines and the "
                       "loss", t.task.id, t.index, t.reward, REWARD_LIMIT)
-            t.reward_details = {**(t.reward_details or {}),
-                                "judge_error": f"non-finite reward {t.reward!r}"}
+            what = "non-finite reward" if not math.isfinite(t.reward) else "reward past 1e30"
+            t.reward_details = {**(t.reward_details or {}), "judge_error": f"{what} {t.reward!r}"}
             t.reward, t.reward_valid = None, False
         if not t.reward_valid:
             invalid += 1

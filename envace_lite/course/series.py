@@ -376,19 +376,20 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_env(profile),
                                 start_new_session=True)
         rc, timed_out, shown = None, False, None
-        while rc is None:
-            left = timeout - (time.perf_counter() - start)
-            try:
-                rc = proc.wait(timeout=max(0.1, min(PROGRESS_EVERY, left)))
-            except KeyboardInterrupt:  # papermill is in its own session: Ctrl-C missed it
-                _stop(proc)
-                raise
-            except subprocess.TimeoutExpired:
-                if time.perf_counter() - start >= timeout:
-                    _stop(proc)
-                    rc, timed_out = -1, True
-                    break
-                shown = _report_progress(src.stem, executed, start, shown)
+        try:
+            while rc is None:
+                left = timeout - (time.perf_counter() - start)
+                try:
+                    rc = proc.wait(timeout=max(0.1, min(PROGRESS_EVERY, left)))
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() - start >= timeout:
+                        _stop(proc)
+                        rc, timed_out = -1, True
+                        break
+                    shown = _report_progress(src.stem, executed, start, shown)
+        except BaseException:  # Ctrl-C: papermill is in its own session, so it missed it
+            _stop(proc)
+            raise
     record = {"name": src.stem, "seconds": round(time.perf_counter() - start, 1),
               "notebook": executed.name, "status": "ok", "cell": None, "error": ""}
     if timed_out or rc != 0:

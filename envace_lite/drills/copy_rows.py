@@ -69,13 +69,15 @@ def _amount(old: str, rng: random.Random) -> str:
     return f"{rng.randrange(low, 10 ** len(whole))}.{rng.randrange(10)}{rng.randrange(1, 10)}"
 
 
-def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset()) -> Task:
-    """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy``.
+def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset(),
+               k: int = 0) -> Task:
+    """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy<k>``.
 
     Args:
         task: a drill task (``drills.suite.suite_tasks``).
         rng: the draw of the new values.
         forbidden: ids no new value may equal (tau2's own).
+        k: the copy's index (in its id).
 
     Returns:
         A new ``Task``; ``task`` is left as it is.
@@ -106,7 +108,7 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     system = [m for m in d["messages"] if m.get("role") == "system"]
     out = {**d, **{k: new_parts[k] for k in ("user_turns", "checklist", "grounding",
                                              "gold_calls")},
-           "messages": system + new_parts["message"], "id": f"{task.id}~copy"}
+           "messages": system + new_parts["message"], "id": f"{task.id}~copy{k}"}
     return Task.from_dict(out)
 
 
@@ -130,7 +132,7 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
             continue
         for k in range(n):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
-            out.append(fresh_copy(task, rng, forbidden))
+            out.append(fresh_copy(task, rng, forbidden, k))
     return out
 
 

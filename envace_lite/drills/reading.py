@@ -13,8 +13,8 @@ warm-start lever is measured on each of them and not only on success:
   exactly one value of each communicated kind, and it is the fact), whatever the DB;
 - **writes made** (real calls to a write tool) and **writes right** (equal to the gold write,
   name and arguments), and the write drills passed;
-- **errors**: episodes that crashed (``row["error"]``) are counted on their own and left out of
-  every rate, never scored 0.
+- **errors**: episodes that ended in an error (``tables.is_error``: an exception, or a scoring
+  crash) are counted on their own and left out of every rate, never scored 0.
 
 Usage::
 
@@ -30,13 +30,15 @@ from typing import Any
 
 from envace_lite.drills.spec import Drill
 from envace_lite.drills.suite import get_drill
+from envace_lite.pipelines.tables import is_error
 
 WRITE_TOOLS = frozenset({"cancel_pending_order", "return_delivered_order_items"})
 """The retail drills' write tools (``spec.TIER_TOOLS``)."""
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of an evaluation's ``results.jsonl``; a torn last line is skipped with a warning.
+    """The rows of an evaluation's ``results.jsonl``; a line that is not JSON (a torn write) is
+    skipped, with one printed line naming it.
 
     Raises:
         FileNotFoundError: no such file.
@@ -86,7 +88,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Raises:
         KeyError: a row names a drill that its suite does not hold.
     """
-    ok = [r for r in rows if not r.get("error")]
+    ok = [r for r in rows if not is_error(r)]
     tiers, classes = Counter(), Counter()
     tier_pass, class_pass = Counter(), Counter()
     ids_ok, ids_all = Counter(), Counter()

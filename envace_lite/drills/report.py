@@ -151,7 +151,7 @@ def report(folders: list[str | Path], controls: list[str | Path] = (),
         sft = _point(r, "after_sft")
         final = _point(r, "after_envace") if step is None else _at_step(r, step)
         base = _point(r, "before_sft", optional=True)
-        errors = _check_errors(r, [sft, final], allow_errors)
+        errors = _check_errors(r, [base, sft, final], allow_errors)
         curve = [(p["step"], p["committed_reward"]) for p in r["points"]
                  if p["stage"] in ("after_sft", "step", "after_envace")]
         out["runs"].append({

@@ -18,7 +18,8 @@ Suites (the name says the protocol):
 ``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
 ``tau2-retail-drills-v2`` retail drills v2: every drill asks for a fact copied from an
                        observation; held-out slices ``validation`` and ``confirmation``
-``tau2-retail-drills-v2-compact`` v2's drills, records in a compact rendering (``drills/records.py``)
+``tau2-retail-drills-v2-compact`` the same drills, records shown compact
+                       (``drills/records.py``, a study lever)
 =====================  =====================================================================
 
 Usage::

@@ -15,8 +15,9 @@ Outcomes (``tests/test_micro_base.py``):
 * a missing file (or manifest) stops with ``BaseMissingError``, one line that names the rebuild
   command (``REBUILD``);
 * a damaged manifest (not JSON, no files, a changed recipe or result: any byte other than the
-  shipped one's, ``SHIPPED_MANIFEST_SHA256``) and a listed file that is not a regular file or is
-  larger than its recorded size stop with ``BaseHashError``, one line naming the file, before
+  shipped one's, ``SHIPPED_MANIFEST_SHA256``, checked for ``BASE_DIR``) and a listed file that
+  is not a regular file or has another size than its recorded one stop with ``BaseHashError``,
+  one line naming the file, before
   any file is hashed: a damaged manifest never makes the ``drills`` profile train a base of its
   own (only a config that asks for another recipe does, ``matches``).
 
@@ -109,14 +110,24 @@ def write_manifest(folder: str | Path, command: str, result: dict[str, Any],
     return manifest
 
 
-def read_manifest(folder: str | Path = BASE_DIR,
-                  pinned: str | None = SHIPPED_MANIFEST_SHA256) -> dict[str, Any]:
+SHIPPED = "shipped"
+"""``pinned``'s default: the shipped pin for the shipped folder (``BASE_DIR``), none elsewhere."""
+
+
+def _pin(folder: Path, pinned: str | None) -> str | None:
+    if pinned != SHIPPED:
+        return pinned
+    return SHIPPED_MANIFEST_SHA256 if folder.resolve() == Path(BASE_DIR).resolve() else None
+
+
+def read_manifest(folder: str | Path = BASE_DIR, pinned: str | None = SHIPPED) -> dict[str, Any]:
     """The manifest of ``folder``, checked before any listed file is read.
 
     Args:
         folder: a base folder.
-        pinned: the sha256 the manifest file must have (the shipped one's by default; None
-            for a base built elsewhere, checked by its structure only).
+        pinned: the sha256 the manifest file must have; ``SHIPPED`` (the default): the shipped
+            pin when ``folder`` is ``BASE_DIR``, else none; None: no pin (a base built
+            elsewhere, checked by its structure only).
 
     Returns:
         The manifest: ``{"files", "command", "result", "recipe"}`` (and ``sizes``).
@@ -127,10 +138,12 @@ def read_manifest(folder: str | Path = BASE_DIR,
             or lists no files, misses one of ``REQUIRED_FILES`` or has no recipe.
     """
     path = Path(folder) / MANIFEST
+    pinned = _pin(Path(folder), pinned)
     if not path.exists():
         raise BaseMissingError(f"micro base: {path} is missing; rebuild with `{REBUILD}`")
-    damaged = f"micro base: {path} is damaged ({{}}); restore it (git checkout {path}) or " \
-              f"rebuild with `{REBUILD}`"
+    damaged = (f"micro base: {path} is damaged ({{}}); restore it (git checkout {path}), or "
+               f"rebuild it with `{REBUILD}` and pin its new sha256 in "
+               "micro_base.SHIPPED_MANIFEST_SHA256")
     if not path.is_file():
         raise BaseHashError(damaged.format("not a regular file"))
     if pinned is not None and (got := sha256(path)) != pinned:
@@ -150,8 +163,7 @@ def read_manifest(folder: str | Path = BASE_DIR,
     return manifest
 
 
-def verify(folder: str | Path = BASE_DIR,
-           pinned: str | None = SHIPPED_MANIFEST_SHA256) -> dict[str, Any]:
+def verify(folder: str | Path = BASE_DIR, pinned: str | None = SHIPPED) -> dict[str, Any]:
     """Check the manifest of ``folder`` (``read_manifest``), then every file it lists against
     its size and sha256.
 
@@ -161,8 +173,8 @@ def verify(folder: str | Path = BASE_DIR,
     Raises:
         BaseMissingError: no manifest, or a listed file is missing (names ``REBUILD``).
         BaseHashError: a damaged manifest (``read_manifest``); a listed file that is not a
-            regular file (a device, a folder; a link is followed), larger than its recorded
-            size, or whose sha256 differs from the manifest's.
+            regular file (a device, a folder; a link is followed), of another size than its
+            recorded one, or whose sha256 differs from the manifest's.
     """
     folder = Path(folder)
     manifest = read_manifest(folder, pinned)
@@ -224,5 +236,5 @@ def load_base(folder: str | Path = BASE_DIR) -> tuple[Any, Any]:
 
 
 __all__ = ["BASE_DIR", "BaseHashError", "BaseMissingError", "MANIFEST", "REBUILD", "RECIPE_FIELDS",
-           "REQUIRED_FILES", "SHIPPED_MANIFEST_SHA256", "load_base", "load_tokenizer", "matches",
-           "read_manifest", "recipe", "sha256", "verify", "write_manifest"]
+           "REQUIRED_FILES", "SHIPPED", "SHIPPED_MANIFEST_SHA256", "load_base", "load_tokenizer",
+           "matches", "read_manifest", "recipe", "sha256", "verify", "write_manifest"]

@@ -254,8 +254,9 @@ def relocate(run_dir: Path, checkpoint: str) -> bool:
 
     An experiment folder that was copied or moved holds, in ``train/config.json``, the absolute
     path of its warm-start checkpoint at the old place; the training resume would refuse that as
-    another config. When the recorded path is gone and ends as ``checkpoint`` does (the same
-    ``warmstart/checkpoint`` of the folder), it is rewritten to ``checkpoint``, with a warning.
+    another config. When the recorded path is gone, ends as ``checkpoint`` does, and
+    ``checkpoint`` is the folder's own (inside the experiment folder, ``run_dir``'s parent), it
+    is rewritten to ``checkpoint``, with a warning.
 
     Returns:
         True when the record was rewritten.
@@ -268,9 +269,10 @@ def relocate(run_dir: Path, checkpoint: str) -> bool:
         old = recorded["model"]["checkpoint"]
     except (ValueError, KeyError, TypeError):
         return False  # the training resume check names what is wrong with it
-    if (not old or old == checkpoint or Path(old).exists()
+    mine = Path(checkpoint).resolve().is_relative_to(run_dir.parent.resolve())
+    if (not old or old == checkpoint or Path(old).exists() or not mine
             or Path(old).parts[-2:] != Path(checkpoint).parts[-2:]):
-        return False
+        return False  # an outside warm start (--warmstart DIR) is never rewritten
     recorded["model"]["checkpoint"] = checkpoint
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(recorded, indent=2, sort_keys=True))
