@@ -499,7 +499,7 @@ def test_cli_notebooks_passes_its_options(monkeypatch, tmp_path):
     assert res.exit_code == 0, res.output
     assert seen == {"profile": "smoke", "names": ["00", "02"], "out": None, "seed": 0,
                     "parameters": {"suite": "bfcl-base", "02": {"task_index": 3}},
-                    "cell_timeout": None, "timeout": 99}
+                    "cell_timeout": None, "timeout": 99, "force": False}
     assert "00_tour" in res.output and "ok" in res.output and "index.html" in res.output
 
 

@@ -326,20 +326,19 @@ def check_warmstart_folder(run_dir: str | Path, cfg: Config) -> bool:
     folder = Path(run_dir)
     if not folder.is_dir():
         return False
-    other = [name for name, what in (("checkpoints", "a train run's checkpoints"),
-                                     ("results.jsonl", "an evaluation's rows"),
-                                     ("warmstart", "an experiment's warm start"))
-             if (folder / name).exists()]
+    other = [f"{name}: {what}" for name, what in (
+        ("checkpoints", "a train run's checkpoints"), ("results.jsonl", "an evaluation's rows"),
+        ("warmstart", "an experiment's warm start")) if (folder / name).exists()]
     summary = folder / "summary.json"
     if not other and summary.exists():
         try:
             if "sft" not in json.loads(summary.read_text()):
-                other = ["summary.json"]
+                other = ["summary.json: not a warm start's"]
         except ValueError:
-            other = ["summary.json"]
+            other = ["summary.json: not JSON"]
     if not other and (folder / "metrics.jsonl").exists() and any(
             '"step"' in line for line in (folder / "metrics.jsonl").read_text().splitlines()):
-        other = ["metrics.jsonl"]
+        other = ["metrics.jsonl: a train run's steps"]
     if other:
         raise ConfigError(f"{folder} holds another command's run ({', '.join(other)}): a warm "
                           "start would overwrite it; use a new --run-dir")
