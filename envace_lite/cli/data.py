@@ -325,7 +325,7 @@ def drills_reading(
         cfg = json.loads((ws / "config.json").read_text()) if (ws / "config.json").exists() else {}
         sft = summary.get("sft", {})
         record["warmstart"] = {
-            "config": {k: v for k, v in cfg.get("warmstart", {}).items()},
+            "config": dict(cfg.get("warmstart", {})), "study": dict(cfg.get("study", {})),
             "checkpoint": cfg.get("model", {}).get("checkpoint", ""),
             "rows": {k: summary.get("rows", {}).get(k) for k in
                      ("act_rows", "rehearse_rows", "tokens", "rows_too_long")},
