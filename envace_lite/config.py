@@ -455,7 +455,7 @@ class Config:
         if (self.rollout.generation_backend != "hf" and self.rollout.vllm_importance_sampling
                 and self.rollout.top_p < 1.0):
             # vLLM reports log-probs of the truncated, renormalized distribution q = p / mass
-            # on the nucleus: pi_train / pi_vLLM is then mass < 1 on every token (TRL #6789)
+            # on the nucleus: pi_train / pi_vLLM is then mass < 1 on every token
             raise ConfigError(
                 f"rollout.top_p={self.rollout.top_p} with rollout.generation_backend="
                 f"{self.rollout.generation_backend!r}: the importance ratio against a sampler "

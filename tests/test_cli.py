@@ -176,7 +176,7 @@ BAD_INPUTS = [
     (["drills", "report", "--run", "{tmp}"], "holds no summary.json"),
     (["drills", "sweep", "--baseline", MISSING, "--run", MISSING], "--baseline"),
     (["check-benchmarks", "--suite", "bfcl-base", "--sample", "-1"], "--sample=-1"),
-    # D15, D16: experiment's held-out split, checked before the warm start
+    # experiment's held-out split, checked before the warm start
     (["experiment", "--set", "eval.split=bogus"], "unknown split 'bogus'"),
     (["experiment", "--set", "eval.split=validation"], "unknown split 'validation'"),
     (["warmstart", "--set", 'grpo.suites=["tau2-bogus"]'], "grpo.suites: unknown suite"),
@@ -188,13 +188,13 @@ BAD_INPUTS = [
      "model.name='Qwen/Qwen3-1.7B' is not in the local Hugging Face cache"),
     (["experiment", "--profile", "scaled", "--set", "model.device=cpu"],
      "model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache"),
-    # R1: a strategy without rehearsal is refused, not dropped
+    # a strategy without rehearsal is refused, not dropped
     (["eval", "--suite", "bfcl-base", "--strategy", "select"],
      "--strategy select applies to private rehearsal"),
-    # S8: a malformed checkpoint record
+    # a malformed checkpoint record
     (["eval", "--suite", "bfcl-base", "--checkpoint", "{tmp}/badrecord"],
      "envace_checkpoint.json is damaged (not JSON"),
-    # D19: an empty baselines file is named
+    # an empty baselines file is named
     (["drills", "explain", "--baselines", "{tmp}/empty.json", "--run", "{tmp}/empty.json"],
      "--baselines {tmp}/empty.json is empty"),
     (["eval", "--suite", "bfcl-base", "--limit", "1"], "cannot create the run folder"),  # read-only

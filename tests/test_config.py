@@ -90,7 +90,7 @@ def test_act_only_lora_on_vllm_is_refused_without_a_real_frozen_simulator():
 
 
 def test_top_p_below_one_with_the_vllm_importance_ratio_is_refused():
-    """TRL #6789: vLLM's log-probs under top_p < 1 are those of q = p / mass on the nucleus, so
+    """vLLM's log-probs under top_p < 1 are those of q = p / mass on the nucleus, so
     the ratio pi_train / pi_vLLM is the kept mass on every token, not 1 (shown by hand below)."""
     import math
 

@@ -305,7 +305,7 @@ def test_seed_task_bootstrap_counts_seed_variance():
 
 
 def test_report_refuses_points_with_error_rows_unless_told(tmp_path):
-    """G11: a point whose episodes ended in errors left them out of its score; the report names
+    """A point whose episodes ended in errors left them out of its score; the report names
     it and refuses, or with allow_errors pairs the tasks both points scored."""
     shared = _run(tmp_path / "shared", "shared", [0, 0, 1, 1], [1, 0, 1, 1])
     summary = json.loads((shared / "summary.json").read_text())
@@ -325,7 +325,7 @@ def test_report_refuses_points_with_error_rows_unless_told(tmp_path):
 
 
 def test_heldout_point_keeps_error_rows_apart(monkeypatch):
-    """G11: two scored episodes (1.0, 0.0) and one that crashed: the reward is 0.5 over 2 tasks,
+    """Two scored episodes (1.0, 0.0) and one that crashed: the reward is 0.5 over 2 tasks,
     not 1/3 over 3, and the crashed task is named and absent from per_task."""
     from envace_lite.config import get_config
     from envace_lite.pipelines import evaluate, fidelity

@@ -292,7 +292,7 @@ def test_snapshot_copies_weights_not_optimizer_state_and_keeps_a_whole_copy(tmp_
 
 
 def test_a_sigint_keeps_the_points_the_background_worker_finished(tmp_path, monkeypatch):
-    """X3: the step-2 point ran beside the second segment and finished; Ctrl-C in that segment
+    """The step-2 point ran beside the second segment and finished; Ctrl-C in that segment
     keeps it in heldout.json (it was dropped with the worker's queue) and removes its copy."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -324,7 +324,7 @@ def test_a_sigint_keeps_the_points_the_background_worker_finished(tmp_path, monk
 
 
 def test_the_background_worker_dies_with_its_leader(tmp_path):
-    """X2: kill -9 of the experiment process; its held-out worker ends within seconds instead
+    """A kill -9 of the experiment process; its held-out worker ends within seconds instead
     of running on alone."""
     import os
     import signal
@@ -354,7 +354,7 @@ def test_the_background_worker_dies_with_its_leader(tmp_path):
 
 
 def test_a_moved_experiment_folder_points_its_training_record_at_its_own_warm_start(tmp_path):
-    """XD4: a copied folder's train/config.json named the old folder's warm start, and the
+    """A copied folder's train/config.json named the old folder's warm start, and the
     training resume refused it as another config; relocate rewrites only that case."""
     from envace_lite.pipelines.learning_curve import relocate
     from envace_lite.pipelines.resume import check_resume_config

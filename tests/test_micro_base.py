@@ -115,12 +115,12 @@ def _rewrite_manifest(dst, change):
 
 
 @pytest.mark.parametrize("damage, words", [
-    (lambda m: m.clear() or m.update({"recipe": {}}), "sha256"),                 # MB6
-    (lambda m: m["recipe"].update({"pretrain_steps": 301}), "sha256"),           # MB8
-    (lambda m: m.update({"files": {}}), "sha256"),                               # MB7
+    (lambda m: m.clear() or m.update({"recipe": {}}), "sha256"),        # an emptied manifest
+    (lambda m: m["recipe"].update({"pretrain_steps": 301}), "sha256"),  # a recipe field changed
+    (lambda m: m.update({"files": {}}), "sha256"),                      # no file listed
 ])
 def test_a_damaged_manifest_stops_before_any_base_is_trained(tmp_path, monkeypatch, damage, words):
-    """MB6, MB7, MB8: every change of the shipped manifest stops on the pinned hash, one line;
+    """Every change of the shipped manifest stops on the pinned hash, one line;
     the drills profile never falls back to training a base of its own."""
     from envace_lite.drills import copy_warmup
     from envace_lite.models import micro_base
@@ -147,7 +147,7 @@ def test_a_damaged_manifest_stops_before_any_base_is_trained(tmp_path, monkeypat
 
 
 def test_manifest_structure_is_checked_when_not_pinned(tmp_path):
-    """MB5 and the structure checks, on a base built elsewhere (no pin): not JSON, no files,
+    """The structure checks, on a base built elsewhere (no pin): not JSON, no files,
     a required file not listed, a recipe without its fields; each one line naming the file."""
     from envace_lite.models.micro_base import SHIPPED_MANIFEST_SHA256, read_manifest
 
@@ -170,7 +170,7 @@ def test_manifest_structure_is_checked_when_not_pinned(tmp_path):
 
 
 def test_a_listed_file_that_is_a_device_or_too_large_stops_at_once(tmp_path):
-    """MB10: a link to /dev/zero is refused before hashing; a file of another size too."""
+    """A link to /dev/zero is refused before hashing; a file of another size too."""
     dst = _copy(tmp_path)
     weights = dst / "model.safetensors"
     weights.unlink()

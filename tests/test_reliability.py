@@ -1072,7 +1072,7 @@ def _finished_warmstart(folder, cfg):
 
 
 def test_warmstart_takes_the_lock_and_refuses_a_live_writer(tmp_path, monkeypatch, other_writer):
-    """W1, W4: a second warm start into a folder a live process writes is refused, one line,
+    """A second warm start into a folder a live process writes is refused, one line,
     before any model; nothing of the folder changes."""
     from typer.testing import CliRunner
 
@@ -1088,7 +1088,7 @@ def test_warmstart_takes_the_lock_and_refuses_a_live_writer(tmp_path, monkeypatc
 
 
 def test_warmstart_refuses_another_commands_run_and_another_config(tmp_path, monkeypatch):
-    """W2, W3: a train run's folder is refused with its metrics untouched; a finished warm start
+    """A train run's folder is refused with its metrics untouched; a finished warm start
     under another learning rate is refused naming the field; under its own config it is kept
     (nothing retrained)."""
     from envace_lite.config import ConfigError
@@ -1138,7 +1138,7 @@ def _contend(folder, barrier, holders, peak, guard, won):
 
 
 def test_a_stale_lock_is_taken_over_by_one_process_only():
-    """K6: eight processes meet a stale lock at a barrier, 100 times; at most one holds the lock
+    """Eight processes meet a stale lock at a barrier, 100 times; at most one holds the lock
     at any moment, and one gets it each time (the unlocked takeover gave two holders)."""
     import multiprocessing as mp
     import socket
@@ -1328,7 +1328,7 @@ def test_a_nan_reward_is_refused_and_its_trajectory_masked(caplog):
 
 @pytest.mark.parametrize("judged", [[1.0, 1e39, 0.0], [3e38, 3e38, 0.0]])
 def test_rewards_past_float32_are_refused_before_the_advantages(judged):
-    """G10: 1e39 is inf in float32, and two of 3e38 overflow the group's mean; either turned
+    """1e39 is inf in float32, and two of 3e38 overflow the group's mean; either turned
     every advantage of the group NaN. Rewards past REWARD_LIMIT are masked like a NaN one."""
     import math
 

@@ -29,7 +29,7 @@ CASES = [
      "-p seed: set by the runner"),
     (["--profile", "smoke", "-p", "02task_id"], "use name=value or NN:name=value"),
     (["--profile", "gpu", "--only", "02"], "--profile gpu: model.device='cuda' needs a CUDA GPU"),
-    # NB10, NB11: suites, split and task index, checked against what the kernel would read
+    # suites, split and task index, checked against what the kernel would read
     (["--profile", "smoke", "--only", "01", "-p", "tau2_suite=tau2-bogus"],
      "notebook 01_tools_environments_tasks parameter tau2_suite: unknown suite 'tau2-bogus'"),
     (["--profile", "smoke", "--only", "01", "-p", "task_index=-99999"],
