@@ -409,6 +409,14 @@ class StudyConfig:
     amount replaced by a fresh random one of the same shape, consistently in the ticket, the
     calls, the records and the reply (``drills.copy_rows``): the drills' own copy skill, in their
     own tokens, on entity-free values. Their REHEARSE rows are not made. 0: none."""
+    copy_rows_two_hop: int = 0
+    """Warm start, with ``copy_rows``: this many more fresh copies of each two-hop SFT drill (the
+    tier with the fewest drills, whose first call copies a name, zip or email and whose second
+    copies the user id that the first returned). 0: none."""
+    copy_people: bool = False
+    """Warm start, with ``copy_rows``: the copies also take a fresh name, zip and e-mail for their
+    user (random letters and digits, consistently in the ticket, the calls, the records and the
+    user id), not only fresh ids and amounts (``drills.copy_rows.fresh_copy``)."""
     memory_source: Literal["policy", "calls"] = "policy"
     """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
     ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,
@@ -543,7 +551,8 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "warmstart.logging_steps": (1, None, "[]"), "warmstart.eval_first_turns": (0, None, "[]"),
     "run.seed": (0, None, "[]"),
     "study.pretrain_epochs": (0, None, "[]"), "study.pretrain_steps": (1, None, "[]"),
-    "study.world_rows": (0, None, "[]"),
+    "study.world_rows": (0, None, "[]"), "study.copy_rows": (0, None, "[]"),
+    "study.copy_rows_two_hop": (0, None, "[]"),
 }
 """Ranges of the numeric fields: ``key: (low, high, brackets)``, None for unbounded; ``"(]"``
 means low < value <= high. Counts are >= 1 (``eval.limit`` and ``grpo.steps`` take 0: all

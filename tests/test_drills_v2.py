@@ -345,6 +345,53 @@ def test_copy_rows_replace_every_id_and_asked_amount_consistently():
     assert copy_tasks([task], get_config("drills", {"grpo.suites": [C]})) == []
 
 
+def test_copy_people_give_a_two_hop_copy_a_fresh_user_consistently():
+    """study.copy_people: a fresh copy of a real two-hop drill (by name and zip, and by e-mail)
+    names neither the old user's names, zip, e-mail nor user id anywhere; the first call's
+    arguments are the ticket's new values, the second call's id is the one the first returned and
+    is made of the new names; study.copy_rows_two_hop adds copies of two-hop drills only."""
+    import random
+    import re
+
+    from envace_lite.config import get_config
+    from envace_lite.drills.copy_rows import copy_tasks, fresh_copy
+
+    C = "tau2-retail-drills-v2-compact"
+    train = suite.suite_tasks(C, "train")
+    for tool in ("find_user_id_by_name_zip", "find_user_id_by_email"):
+        task = next(t for t in train if t.id.startswith("two_hop:")
+                    and t.gold_calls[0][0]["name"] == tool)
+        copy = fresh_copy(task, random.Random(1), frozenset(), 0, people=True)
+        old_args = task.gold_calls[0][0]["arguments"]
+        uid = task.gold_calls[0][1]["arguments"]["user_id"]
+        first, last = uid.split("_")[:2]
+        text = json.dumps([copy.messages[1:], copy.grounding, copy.gold_calls,
+                           copy.to_dict()["checklist"]])
+        for old in [*map(str, old_args.values()), uid, first, last]:
+            assert not re.search(rf"(?i)(?<![a-z0-9]){re.escape(old)}(?![a-z0-9])", text), old
+        args = copy.gold_calls[0][0]["arguments"]
+        assert all(str(v) in copy.messages[1]["content"] for v in args.values())
+        new_uid = copy.gold_calls[0][1]["arguments"]["user_id"]
+        assert copy.grounding[0][0]["observation"]["content"] == new_uid
+        assert re.fullmatch(r"[a-z]+_[a-z]+_\d{4}", new_uid) and new_uid != uid
+        if tool == "find_user_id_by_name_zip":
+            assert re.fullmatch(r"\d{5}", args["zip"]) and args["zip"] != old_args["zip"]
+            assert new_uid.startswith(f"{args['first_name'].lower()}_{args['last_name'].lower()}_")
+        else:
+            assert re.fullmatch(r"[a-z]+\.[a-z]+\d{4}@example\.com", args["email"])
+            assert args["email"].startswith(new_uid.rsplit("_", 1)[0].replace("_", "."))
+        # ids and the fact are still fresh, and the order read is the one the user record lists
+        order = copy.gold_calls[0][2]["arguments"]["order_id"]
+        assert order != task.gold_calls[0][2]["arguments"]["order_id"]
+        assert order in copy.grounding[0][1]["observation"]["content"]
+    cfg = get_config("drills", {"grpo.suites": [C], "study.copy_rows": 1,
+                                "study.copy_rows_two_hop": 3, "study.copy_people": True})
+    hop = next(t for t in train if t.id.startswith("two_hop:"))
+    look = next(t for t in train if t.id.startswith("lookup:"))
+    ids = [t.id for t in copy_tasks([hop, look], cfg)]
+    assert ids == [f"{hop.id}~copy{k}" for k in range(4)] + [look.id + "~copy0"]
+
+
 def test_extra_sft_tasks_add_act_transcripts_only():
     from envace_lite.config import get_config
     from envace_lite.models.micro_base import load_tokenizer

@@ -18,7 +18,12 @@ What is replaced (entity-free: no new id is one of tau2's, ``copy_warmup.tau2_id
   ``123.4``), by a random amount with the same count of integer digits and a non-zero last
   cent digit (so that its JSON number and its text agree).
 
-The system prompt, tool schemas and names are left as they are. Reached through
+With ``study.copy_people``, the copy's user also gets a fresh first and last name (random
+syllables), zip (5 digits) and e-mail (``first.last`` + digits ``@example.com``), and its user id is
+made of the new names (``first_last_NNNN``): what a two-hop drill's first two calls copy.
+``study.copy_rows_two_hop`` adds more copies of each two-hop drill, the tier with the fewest.
+
+The system prompt and tool schemas are left as they are. Reached through
 ``pipelines.sft.register_extra_sft_tasks`` (``drills/__init__.py``).
 
 Usage::
@@ -46,6 +51,39 @@ ID_PATTERNS: tuple[tuple[str, str], ...] = (
 """The id kinds replaced, with their patterns (searched in the calls and observations)."""
 
 AMOUNT = re.compile(r"^\d+\.\d{2}$")
+EMAIL = re.compile(r"\b[a-z]+\.[a-z]+\d+@example\.com\b")
+_CONSONANTS, _VOWELS = "bdfghklmnprstvz", "aeiou"
+
+
+def _name(rng: random.Random) -> str:
+    """A random capitalized name of 2 or 3 syllables (``Kavelo``)."""
+    return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
+                   for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def _people(source: str, zips: list[str], rng: random.Random, taken: set[str]
+            ) -> tuple[dict[str, str], dict[str, str]]:
+    """``(ids, words)``: fresh user ids and e-mails (replaced as they are), and fresh names and
+    zips (replaced as whole words) for every user id and e-mail of ``source``."""
+    ids, words = {}, {}
+    for old in dict.fromkeys(re.findall(ID_PATTERNS[1][1], source)):
+        first, last = old.split("_")[:2]
+        while True:
+            new_first, new_last = _name(rng), _name(rng)
+            new = f"{new_first.lower()}_{new_last.lower()}_{rng.randrange(10**4):04d}"
+            if new not in taken:
+                break
+        taken.add(new)
+        ids[old] = new
+        words[first.capitalize()], words[last.capitalize()] = new_first, new_last
+        for email in dict.fromkeys(EMAIL.findall(source)):
+            if email.startswith(f"{first}.{last}"):
+                digits = len(email.split("@")[0]) - len(f"{first}.{last}")
+                ids[email] = (f"{new_first.lower()}.{new_last.lower()}"
+                              f"{rng.randrange(10**digits):0{digits}d}@example.com")
+    for z in dict.fromkeys(zips):
+        words[z] = f"{rng.randrange(10**5):05d}"
+    return ids, words
 
 
 def _fresh(kind: str, old: str, rng: random.Random, taken: set[str]) -> str:
@@ -70,7 +108,7 @@ def _amount(old: str, rng: random.Random) -> str:
 
 
 def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset(),
-               k: int = 0) -> Task:
+               k: int = 0, people: bool = False) -> Task:
     """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy<k>``.
 
     Args:
@@ -78,6 +116,7 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
         rng: the draw of the new values.
         forbidden: ids no new value may equal (tau2's own).
         k: the copy's index (in its id).
+        people: also fresh names, zips and e-mails, and user ids made of the new names.
 
     Returns:
         A new ``Task``; ``task`` is left as it is.
@@ -88,6 +127,11 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     source = json.dumps([d["grounding"], d["gold_calls"]])
     taken = set(forbidden)
     mapping: dict[str, str] = {}
+    words: dict[str, str] = {}
+    if people:
+        zips = [str(c["arguments"]["zip"]) for turn in d["gold_calls"] for c in turn
+                if "zip" in c.get("arguments", {})]
+        mapping, words = _people(source, zips, rng, taken)
     for kind, pattern in ID_PATTERNS:
         for old in dict.fromkeys(re.findall(pattern, source)):
             if old not in mapping and not any(old in k for k in mapping):
@@ -101,6 +145,9 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     if mapping:
         text = re.sub("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)),
                       lambda m: mapping[m.group(0)], text)
+    if words:
+        text = re.sub(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words)
+                      + r")(?![A-Za-z0-9])", lambda m: words[m.group(0)], text)
     for old, new in amounts.items():
         for form in dict.fromkeys((old, repr(float(old)))):  # the reply's and the record's
             text = re.sub(rf"(?<![\d.]){re.escape(form)}(?![\d])", new, text)
@@ -113,8 +160,10 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
 
 
 def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
-    """``cfg.study.copy_rows`` fresh copies of each of ``tasks`` (the SFT drills), seeded by the
-    run seed and the task id; none when it is 0 or the tasks are not drills.
+    """``cfg.study.copy_rows`` fresh copies of each of ``tasks`` (the SFT drills), and
+    ``cfg.study.copy_rows_two_hop`` more of each two-hop drill, seeded by the run seed and the
+    task id; none when ``copy_rows`` is 0 or the tasks are not drills. ``cfg.study.copy_people``
+    gives the copies fresh names, zips and e-mails too.
 
     Registered as an extra warm-start task builder (``pipelines.sft.register_extra_sft_tasks``):
     the warm start takes their ACT transcripts only.
@@ -130,10 +179,11 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     for task in tasks:
         if task.suite not in DRILL_DOMAINS:
             continue
-        for k in range(n):
+        extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0
+        for k in range(n + extra):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
-            out.append(fresh_copy(task, rng, forbidden, k))
+            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people))
     return out
 
 
-__all__ = ["AMOUNT", "ID_PATTERNS", "copy_tasks", "fresh_copy"]
+__all__ = ["AMOUNT", "EMAIL", "ID_PATTERNS", "copy_tasks", "fresh_copy"]
