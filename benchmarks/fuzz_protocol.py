@@ -103,7 +103,7 @@ class World:
         from envace_lite.llm.generation import chat_ids
         from envace_lite.config import get_config
         from envace_lite.models.load import load_tokenizer
-        from envace_lite.core.rollout import chat_glue
+        from envace_lite.core.engine import chat_glue
 
         self.toks = {p: load_tokenizer(get_config(p)) for p in tokenizers}
         self.glue = {p: chat_glue(t) for p, t in self.toks.items()}
@@ -327,7 +327,8 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
     from envace_lite.envs.tasks import load_tasks
     from envace_lite.llm.scripted import ScriptedGenerator
     from envace_lite.models.load import qwen3_tokenizer
-    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
+    from envace_lite.pipelines.resume import last_checkpoint
+    from envace_lite.pipelines.train import read_metrics, train
 
     answer, played = _script(act, rehearse)
     cfg = get_config("smoke", {**QUICK, "rollout.grounding_drop_p": 0.0, "grpo.steps": 2,
@@ -363,6 +364,7 @@ def scripted_train(act: list[str], rehearse: list[str]) -> dict[str, Any]:
 def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, Any]:
     """``evaluate(rehearsal="parallel", n=2)`` on ``tasks`` BFCL base test tasks, uncut."""
     from envace_lite.pipelines import evaluate as ev
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.config import get_config
     from envace_lite.envs import list_tasks
     from envace_lite.llm.scripted import ScriptedGenerator
@@ -383,7 +385,7 @@ def scripted_eval(act: list[str], rehearse: list[str], tasks: int) -> dict[str, 
     try:
         with tempfile.TemporaryDirectory() as d:
             ev.evaluate(pol, "bfcl-base", rehearsal="parallel", n=2, cfg=cfg, limit=tasks, out=d)
-            rows = ev.read_rows(Path(d) / "results.jsonl")
+            rows = read_rows(Path(d) / "results.jsonl")
             rec.update(finished=True, rows_written=len(rows),
                        stop_reasons=dict(Counter(r["stop_reason"] for r in rows)),
                        error_rows=[r["error"][:200] for r in rows if r["error"]][:5],
@@ -424,10 +426,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true",
                     help="30 examples on bfcl-base and tau2-telecom, smoke tokenizer, K=4")
     args = ap.parse_args(argv)
-    from envace_lite.envs import SUITES
+    from envace_lite.envs import all_suites
 
     n, k, eval_tasks = (30, 4, 2) if args.quick else (args.n, args.k, args.eval_tasks)
-    suites = args.suite or (["bfcl-base", "tau2-telecom"] if args.quick else list(SUITES))
+    suites = args.suite or (["bfcl-base", "tau2-telecom"] if args.quick else list(all_suites()))
     tokenizers = ["smoke"] if args.quick else list(TOKENIZERS)
     start, cpu0 = time.perf_counter(), time.process_time()
     machine = machine_info()

@@ -103,9 +103,10 @@ def per_output_rows() -> Any:
     swaps the layout for the duration, so the baseline goes through exactly the same code.
     """
     from envace_lite.core import grpo
+    from envace_lite.types import ROLES
 
     original = grpo.build_rows
-    grpo.build_rows = lambda trajs, layout="packed", roles=grpo.ROLES: original(
+    grpo.build_rows = lambda trajs, layout="packed", roles=ROLES: original(
         trajs, "per_output", roles)
     try:
         yield

@@ -35,7 +35,7 @@ log = get_logger(__name__)
 
 class ConfigError(KeyError, ValueError):
     """A user mistake in a config, an override or a parameter: the message is one line naming
-    the key, the value and what is expected. It is both a ``KeyError`` (unknown keys, as before)
+    the key, the value and what is expected. It is both a ``KeyError`` (unknown keys)
     and a ``ValueError`` (bad values), and prints without ``KeyError``'s quotes."""
 
     def __str__(self) -> str:
@@ -143,7 +143,7 @@ class RolloutConfig:
     once). On one GPU the KV cache of a batch grows with it; ``models.memory.plan`` chooses the
     ``gpu`` and ``colab`` profiles' values."""
     prefix_cache_tokens: int = 32768
-    """Ids of the HF generator's prefix cache (``generation.PrefixCache``): keys/values of recent
+    """Ids of the HF generator's prefix cache (``prefix_cache.PrefixCache``): keys/values of recent
     prompts, reused for the prefix a new prompt shares (the system prompt and tool schemas, a
     trajectory's last prompt). 0 turns it off; memory per id: layers × 2 × kv_heads × head_dim ×
     dtype bytes (Qwen3-1.7B in bf16: 112 KB)."""
@@ -251,7 +251,7 @@ class RehearsalConfig:
     memory_placement: Literal["message", "ticket"] = "message"
     """Where m_x goes: ``message`` (its own user-role message after the request, paper §2.3) or
     ``ticket`` (beyond the paper: appended to the request's own user message, so the committed
-    prompt keeps the shape the policy trained on; ``execute.apply_rehearsal``)."""
+    prompt keeps the shape the policy trained on; ``turn_records.apply_rehearsal``)."""
     strategy: Literal["memory", "select", "rules", "vote"] = "memory"
     """How the rehearsal reaches the committed run: ``memory`` (m_x, paper §2.3) or, beyond the
     paper (``selection.py``): ``select`` (N imagined attempts judged by REHEARSE and by cheap
@@ -288,10 +288,10 @@ class WarmStartConfig:
 
     sft_share: float = 0.5
     """Share of the train split used for SFT; the rest is for RL, disjoint
-    (``transcripts.split_sft_rl``: a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no
+    (``task_split.split_sft_rl``: a task is SFT iff sha1(scenario id) / 2**32 < sft_share). 0: no
     warm start, RL gets all."""
     rl_overlap: bool = False
-    """RL also trains on the SFT tasks (``transcripts.training_tasks(cfg, "rl")`` returns every
+    """RL also trains on the SFT tasks (``task_split.training_tasks(cfg, "rl")`` returns every
     train task). Then part of the RL gain can be memorisation; the held-out committed-execution
     curve on test tasks (``pipelines/learning_curve.py``) shows how much transfers."""
     max_user_turns: int = 0
@@ -349,23 +349,24 @@ class StudyConfig:
     Options that the CPU-scale study of the drills measured on its micro policy: the micro base's
     copy warm-up and domain pretraining, extra warm-start rows, a shuffled-reward control and a
     rule-built rehearsal memory. None of them is part of EnvACE's method; at their defaults a run
-    is the paper's. The keys that name them in the groups of the paper's mechanisms
-    (``model.pretrain``, ``warmstart.world_rows`` ...) are read as these fields
-    (``MOVED_KEYS``).
+    is the paper's.
     """
 
     pretrain: str = ""
-    """``micro`` models only: "" (random init), ``copy``, ``copy_hops``, ``copy_records``, or a
-    tau2 domain (``retail``, ``airline``).
+    """``micro`` models only: "" (random init), ``copy``, ``copy_hops``, ``copy_records``,
+    ``copy_people``, or a tau2 domain (``retail``, ``airline``).
 
     ``copy`` (``docs/drills.md``, "The copy warm-up"): before any warm start, the model learns to
     copy an id or a value from a message into its answer, on synthetic, entity-free samples
     (random ids in tau2's id formats, none of them in tau2's databases), the skill a pretrained
     LLM brings. ``copy_hops`` adds second-call samples (a call after a first call and its tool
     response, copying the user's id or the id the response links to;
-    ``copy_warmup.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds
+    ``copy_samples.copy_samples``), a measured lever (``docs/drills.md``). ``copy_records`` adds
     record copies instead (a current call equal to one of up to three reference calls, answered
     with that reference's result verbatim: REHEARSE's use of its grounding), a measured lever.
+    ``copy_people`` adds people copies instead (a ticket's first and last name and zip, or its
+    e-mail, copied into a first call, and the user id its response returns into the second: a
+    two-hop drill's first two calls, on random syllable names), a measured lever.
     A tau2 domain: before any warm start, the model is trained as a language model on that
     domain's database records of TRAIN-split users (their ``get_user_details`` and
     order/reservation outputs, as tau2 returns them), meant to give it the id copying a
@@ -376,7 +377,7 @@ class StudyConfig:
     """A tau2-domain ``pretrain``: passes over the pretraining corpus."""
     pretrain_steps: int = 300
     """A ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): optimizer steps of the copy warm-up
-    (64 samples a step; ``copy_warmup.copy_samples``)."""
+    (64 samples a step; ``copy_samples.copy_samples``)."""
     pretrain_seed: int = 0
     """A ``pretrain``: the pretrained base's init and shuffle seed (fixed across run seeds)."""
     pretrain_schedule: Literal["constant", "cosine"] = "constant"
@@ -385,19 +386,19 @@ class StudyConfig:
     ``pretrain_steps``; a measured lever in ``docs/drills.md``)."""
     world_rows: int = 0
     """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
-    ``world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
-    (``world_rows.world_examples``). They teach REHEARSE to reuse a matching reference result,
+    ``drills.world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
+    (``world_examples``, beside it). They teach REHEARSE to reuse a matching reference result,
     which is what it is asked to do with the grounding during RL. Loss falls on the observation
     only, so ACT never trains on those tasks' gold calls. 0: none."""
     error_rows: bool = False
     """Warm start: add one REHEARSE row per SFT task whose first gold call names an id with a
     leading ``#``: the call without it (the paper's Fig. 7 slip) and the real environment's
-    error for it, executed at transcript time (``transcripts.slip_example``), so REHEARSE has
+    error for it, executed at transcript time (``drills.error_rows.slip_example``), so REHEARSE has
     seen an error. The environment is not in the RL loop."""
     error_kinds: Literal["hash", "all"] = "hash"
     """Which id errors ``error_rows`` adds: ``hash``, the ``#`` slip only; ``all``, also one row
     each for a mis-copied id (one or two digits changed) and an absent id (every digit changed),
-    each with the real environment's error (``transcripts.id_error_example``): the errors a
+    each with the real environment's error (``drills.error_rows.id_error_example``): the errors a
     trained policy's failed calls show."""
     reward_control: Literal["none", "shuffle"] = "none"
     """GRPO, a control run: ``shuffle`` permutes the trajectory rewards inside each task's group
@@ -420,7 +421,7 @@ class StudyConfig:
     memory_source: Literal["policy", "calls"] = "policy"
     """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
     ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,
-    ``rehearsal.calls_memory``), for a policy that never trained on a MEMORY prompt."""
+    ``drills.calls_memory.calls_memory``), for a policy that never trained on a MEMORY prompt."""
 
 
 @dataclass
@@ -509,10 +510,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
-        """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``). A dict that
-        names a study lever under its ``MOVED_KEYS`` name (a ``config.json`` saved under those
-        keys) sets the ``study`` field (``current_dict``)."""
-        d = current_dict(d, "saved config")
+        """Inverse of ``to_dict`` (unknown keys raise, as in ``apply_overrides``)."""
         cfg = cls(profile=d.get("profile", "smoke"))
         flat = {f"{g}.{k}": v for g, sub in d.items() if isinstance(sub, dict) for k, v in sub.items()}
         return apply_overrides(cfg, flat).finalize()
@@ -560,67 +558,6 @@ tasks / nothing left to train), K = ``num_generations`` >= 2 (a group of one has
 paper §2.2), probabilities lie in [0, 1] and learning rates are > 0."""
 
 
-MOVED_KEYS: dict[str, str] = {
-    "model.pretrain": "study.pretrain", "model.pretrain_epochs": "study.pretrain_epochs",
-    "model.pretrain_steps": "study.pretrain_steps", "model.pretrain_seed": "study.pretrain_seed",
-    "model.pretrain_schedule": "study.pretrain_schedule",
-    "warmstart.world_rows": "study.world_rows", "warmstart.error_rows": "study.error_rows",
-    "warmstart.error_kinds": "study.error_kinds", "grpo.reward_control": "study.reward_control",
-    "rehearsal.memory_source": "study.memory_source",
-}
-"""The drills study's levers under the group of the mechanism each acts on (``model.pretrain``)
-and the ``study`` field each is read as (``study.pretrain``). An override (``--set``, a file of
-overrides, ``get_config``'s dict), a profile or a saved ``config.json`` may give either key;
-``current_keys`` and ``current_dict`` rename, with one logged line, and a config is always
-saved under the ``study`` key."""
-
-STUDY_HOME: dict[str, str] = {new: old.partition(".")[0] for old, new in MOVED_KEYS.items()}
-"""``{"study.field": group}``: the group of the mechanism each study lever acts on (the group of
-its ``MOVED_KEYS`` name). A resumed run may change a lever whose group it may change
-(``pipelines/resume.py``: ``study.memory_source`` is a test-time setting, as ``rehearsal`` is)."""
-
-
-def current_keys(overrides: dict[str, Any], where: str = "") -> dict[str, Any]:
-    """``overrides`` (``{"group.field": value}``) with every ``MOVED_KEYS`` key renamed to the
-    ``study`` key it is read as, in order (when both names of a field are given, the later one
-    wins, as for any repeated override). One INFO line names the renamed keys and their new
-    names (``where``, e.g. a file name, prefixes it); nothing is logged when none was renamed.
-    """
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        new = MOVED_KEYS.get(key, key)
-        if new != key:
-            out.pop(new, None)  # the later name wins and takes the later place
-        out[new] = value
-    _log_moved([k for k in overrides if k in MOVED_KEYS], where)
-    return out
-
-
-def _log_moved(keys: list[str], where: str = "") -> None:
-    """One INFO line naming each ``MOVED_KEYS`` key of ``keys`` and the key it is read as."""
-    if keys:
-        log.info("%sread as the drills study's keys: %s", f"{where}: " if where else "",
-                 ", ".join(f"{k} -> {MOVED_KEYS[k]}" for k in dict.fromkeys(keys)))
-
-
-def current_dict(d: dict[str, Any], where: str = "") -> dict[str, Any]:
-    """A copy of a nested config dict (``Config.to_dict``'s shape, e.g. a saved ``config.json``)
-    whose ``MOVED_KEYS`` fields sit in the ``study`` group. A value the ``study`` group already
-    holds wins over the same field's old name. One INFO line names the moved keys
-    (``current_keys``); a dict without them is returned as a copy, unchanged."""
-    out = {g: dict(sub) if isinstance(sub, dict) else sub for g, sub in d.items()}
-    moved: dict[str, Any] = {}
-    for old in MOVED_KEYS:
-        group, _, name = old.partition(".")
-        if isinstance(out.get(group), dict) and name in out[group]:
-            moved[old] = out[group].pop(name)
-    if moved:
-        study = out.get("study") if isinstance(out.get("study"), dict) else {}
-        out["study"] = {**{k.partition(".")[2]: v for k, v in current_keys(moved, where).items()},
-                        **study}
-    return out
-
-
 @functools.cache
 def _field_types(group_cls: type) -> dict[str, Any]:
     return typing.get_type_hints(group_cls)
@@ -632,7 +569,7 @@ def field_type(key: str) -> Any:
     Raises:
         ConfigError: an unknown group or field, naming the valid ones.
     """
-    group, _, name = MOVED_KEYS.get(key, key).partition(".")
+    group, _, name = key.partition(".")
     groups = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "profile"}
     hints = typing.get_type_hints(Config)
     if not name or group not in groups:
@@ -721,9 +658,6 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     ``true``, ``["a", "b"]``), falling back to the text itself, and is then converted and checked
     by ``check_value``. The CLI and ``scaled/launch.py`` call this before any run dir or model.
 
-    A study lever under its ``MOVED_KEYS`` name (``model.pretrain=copy``) is returned under its
-    ``study`` key (``study.pretrain``), with one logged line.
-
     Returns:
         ``{"group.field": value}`` in the order given.
 
@@ -732,15 +666,10 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             of range (one line naming key, value and expectation).
     """
     out: dict[str, Any] = {}
-    moved = []
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: use group.field=value")
-        if key in MOVED_KEYS:  # a study lever under its old group: read as its study key
-            moved.append(key)
-            key = MOVED_KEYS[key]
-            out.pop(key, None)
         tp = field_type(key)
         try:
             value = json.loads(text)
@@ -749,22 +678,20 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if tp is str and not isinstance(value, str):
             value = text
         out[key] = check_value(key, value)
-    _log_moved(moved, "--set")
     return out
 
 
 def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
     """Set ``"group.field"`` keys on ``cfg`` (in place) and return it.
 
-    Each value is converted to the field's type and range-checked (``check_value``); a
-    ``MOVED_KEYS`` key sets its ``study`` field (``current_keys``).
+    Each value is converted to the field's type and range-checked (``check_value``).
 
     Raises:
         ConfigError: on an unknown group or field, naming the valid ones (papermill only warns
             about misspelled parameters, so every entry point goes through here), or on a value
             of the wrong type or out of range. It is a ``KeyError`` and a ``ValueError``.
     """
-    for key, value in current_keys(overrides).items():
+    for key, value in overrides.items():
         checked = check_value(key, value)
         group, _, name = key.partition(".")
         setattr(getattr(cfg, group), name, checked)
@@ -773,8 +700,7 @@ def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
 
 def load_overrides(path: str | Path) -> dict[str, Any]:
     """Read a flat ``{"group.field": value}`` override file (``.json``, ``.yaml`` or ``.yml``),
-    as ``scaled/overrides/*.yaml`` are. Keys are checked when applied (``apply_overrides``); a
-    ``MOVED_KEYS`` key is returned under its ``study`` key (``current_keys``).
+    as ``scaled/overrides/*.yaml`` are. Keys are checked when applied (``apply_overrides``).
 
     Raises:
         ValueError: the file does not hold one flat mapping.
@@ -789,7 +715,7 @@ def load_overrides(path: str | Path) -> dict[str, Any]:
         data = json.loads(text)
     if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"{path}: expected one flat mapping of 'group.field': value")
-    return current_keys(data, str(path))
+    return data
 
 
 def check_profile(profile: str) -> str:
@@ -806,13 +732,12 @@ def check_profile(profile: str) -> str:
 def build_profile(profile: str) -> Config:
     """A fresh, unfinalized ``Config`` of the named profile: each group is its dataclass built
     from a copy of the profile's values (``profiles.PROFILES``); fields it does not name keep
-    their defaults; a study lever under its ``MOVED_KEYS`` name sets its ``study`` field
-    (``current_dict``).
+    their defaults.
 
     Raises:
         ConfigError: an unknown profile, naming the valid ones.
     """
-    spec = current_dict(copy.deepcopy(PROFILES[check_profile(profile)]), f"profile {profile}")
+    spec = copy.deepcopy(PROFILES[check_profile(profile)])
     groups = typing.get_type_hints(Config)
     return Config(profile=profile, **{g: groups[g](**values) for g, values in spec.items()})
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -388,3 +389,16 @@ def write_cache(target: Path, build: int, write: Callable[[Path], None],
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def git_commit() -> str:
+    """The checkout's short commit, with ``+dirty`` when it has changes ("unknown" outside git)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
+                             capture_output=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO_ROOT, text=True, capture_output=True, timeout=10,
+                               check=False).stdout
+        return sha + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

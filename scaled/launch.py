@@ -45,12 +45,12 @@ JUDGE_MODEL = "Qwen/Qwen3-30B-A3B"
 # ---------------------------------------------------------------------------------------------
 def resolve_config(profile: str, override_files: list[str], sets: list[str],
                    extra: dict[str, Any] | None = None) -> Any:
-    """``cli.resolve_config``: files in order, then ``extra``, then ``--set`` (typed and
+    """``cli.options.resolve_config``: files in order, then ``extra``, then ``--set`` (typed and
     range-checked by ``config.parse_overrides``); what every rank builds (the same function the
     CLI's ``train`` calls)."""
-    from envace_lite.cli.main import resolve_config as resolve
+    from envace_lite.cli import options
 
-    return resolve(profile, override_files, sets, extra)
+    return options.resolve_config(profile, override_files, sets, extra)
 
 
 def accelerate_world(config_file: str, num_processes: int | None = None,

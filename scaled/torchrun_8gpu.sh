@@ -46,10 +46,10 @@ if [[ $DRY_RUN == 1 ]]; then
   echo "env: ${env_vars[*]}"
   echo "command: ${cmd[*]}"
   echo "resolved config:"
-  # what every rank's `envace-lite train` builds (cli.resolve_config, as `train` calls it)
+  # what every rank's `envace-lite train` builds (cli.options.resolve_config, as `train` calls it)
   python - "${args[@]}" <<'PY'
 import json, sys
-from envace_lite.cli.main import resolve_config
+from envace_lite.cli.options import resolve_config
 argv, files, sets = sys.argv[1:], [], []
 for flag, value in zip(argv, argv[1:]):
     if flag == "--overrides":

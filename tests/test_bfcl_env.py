@@ -16,7 +16,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from envace_lite.envs import BFCL_SUITES, bfcl, bfcl_schema, list_tasks, make_env, replay_gold
+from envace_lite.envs import BFCL_SUITES, bfcl, bfcl_schema, list_tasks, make_env
+from envace_lite.envs.base import replay_gold
+from envace_lite.paths import DATA_DIR
 from envace_lite.types import ToolCall
 
 ADD_FUNC_MSG = "I have updated some more functions you can choose from. What about now?"
@@ -42,7 +44,7 @@ def _close_started():
 
 # ---------------------------------------------------------------------------- split and ids
 def test_split_file_is_the_seeded_regeneration():
-    committed = json.loads((bfcl.DATA_DIR / "bfcl_split.json").read_text())
+    committed = json.loads((DATA_DIR / "bfcl_split.json").read_text())
     assert committed == bfcl.make_split(0)
     assert set(committed) == {"seed", "method", "test_indices", "train_indices"}
     test, train = set(committed["test_indices"]), set(committed["train_indices"])

@@ -20,10 +20,9 @@ import copy
 import pytest
 from test_notebooks import exec_build_cells
 
-from envace_lite.course import series as nbs
 from envace_lite import protocol
 from envace_lite.config import get_config
-from envace_lite.course.helpers import gold_script
+from envace_lite.course.helpers import NOTEBOOKS_DIR, gold_script
 from envace_lite.envs.tasks import build_task
 from envace_lite.envs import list_tasks
 from envace_lite.llm.generation import HFGenerator
@@ -32,7 +31,7 @@ from envace_lite.core.grpo import RoleRoutedGenerator
 from envace_lite.models.load import load_policy
 from envace_lite.core.rollout import rollout
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import pytest
 import torch
 from test_notebooks import exec_build_cells, load
 
-from envace_lite.course import series as nbs
+from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite.core.advantages import flatten_outputs, rolewise_advantages
 from envace_lite.config import get_config
-from envace_lite.core.rollout import Output, Trajectory
+from envace_lite.types import Output, Trajectory
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "03_rolewise_advantages.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "03_rolewise_advantages.ipynb"
 
 
 def traj(index: int, reward: float | None, roles: str, task: str = "x", *, empty: str = "",

@@ -16,13 +16,13 @@ import nbformat
 import pytest
 import torch
 
-from envace_lite.course import series as nbs
+from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite.core.advantages import rolewise_advantages
 from envace_lite.core.grpo import RoleWiseGRPOTrainer
 from envace_lite.pipelines.train import grpo_args
 from envace_lite.core.transcripts import encode_act, encode_rehearse
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "04_training_with_trl.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "04_training_with_trl.ipynb"
 TAGS = ("build-setup", "build", "build-check")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from envace_lite.course import series as nbs
+from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite import protocol
 from envace_lite.protocol import prompts
 from envace_lite.testtime.execute import run_committed
@@ -24,7 +24,7 @@ from envace_lite.llm.generation import HFGenerator, chat_ids
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.types import ToolCall
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "05_private_rehearsal.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "05_private_rehearsal.ipynb"
 TAGS = {"build-setup", "build", "build-check"}
 
 

@@ -19,12 +19,12 @@ import pandas as pd
 import pytest
 from test_notebooks import exec_build_cells, load
 
-from envace_lite.course import series as nbs
+from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite.course.shipped import reference_results
 from envace_lite.pipelines.stats import paired_bootstrap
 from envace_lite.pipelines.tables import summarize
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "06_evaluation_and_figures.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "06_evaluation_and_figures.ipynb"
 Z = 1.959963984540054  # the 97.5 % normal quantile
 
 

@@ -4,7 +4,7 @@ The ``build`` cells of ``notebooks/07_fidelity_audit.ipynb`` are extracted and e
 in a namespace that holds what the notebook's setup gives them: ``candidates`` (label, pair key,
 the rehearsed ô_t as an ``Observation``) and ``real`` (pair key -> the real o_t). Their results
 (``exact``, ``leaves``, ``counts``, ``confusion``, ``overall_by_hand``) are compared with values
-written out by hand below and with ``fidelity.fields``, ``pair_metrics`` and ``aggregate`` within
+written out by hand below and with ``fidelity_metrics.fields``, ``pair_metrics`` and ``aggregate`` within
 1e-6 (the audit's definitions: the module docstring of ``envace_lite/pipelines/fidelity.py``). One test runs
 the notebook's own setup on the Fig. 7 drill of ``tau2-retail-drills``, where the real o_t of the
 call without '#' is tau2's ``Error: Order not found``.
@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 from test_notebooks import exec_build_cells, load, run_cells, tagged
 
-from envace_lite.course import series as nbs
-from envace_lite.pipelines.fidelity import aggregate, fields, pair_metrics
+from envace_lite.course.helpers import NOTEBOOKS_DIR
+from envace_lite.pipelines.fidelity_metrics import aggregate, fields, pair_metrics
 from envace_lite.types import Observation
 
-NOTEBOOK = nbs.NOTEBOOKS_DIR / "07_fidelity_audit.ipynb"
+NOTEBOOK = NOTEBOOKS_DIR / "07_fidelity_audit.ipynb"
 
 ORDER = {"order_id": "#W1", "status": "processed",
          "items": [{"name": "Lamp", "item_id": "1"}], "payment_history": []}

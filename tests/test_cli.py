@@ -48,7 +48,7 @@ def test_unknown_override_is_refused():
 
 
 def test_resolve_config_applies_files_then_extra_then_sets_then_final(tmp_path):
-    from envace_lite.cli.main import resolve_config
+    from envace_lite.cli.options import resolve_config
 
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("grpo.steps: 5\ngrpo.beta: 0.5\nrun.seed: 3\n")

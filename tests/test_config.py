@@ -235,14 +235,14 @@ def test_enumerations_have_one_home():
 
 
 # ---------------------------------------------------------------------------------------------
-# The drills study's levers: the study group, and their old keys in the paper's groups
+# The drills study's levers: one key each, in the study group
 # ---------------------------------------------------------------------------------------------
 OLD_STUDY_KEYS = {"model.pretrain": "copy_hops", "model.pretrain_epochs": 3.0,
                   "model.pretrain_steps": 40, "model.pretrain_seed": 5,
                   "model.pretrain_schedule": "cosine", "warmstart.world_rows": 7,
                   "warmstart.error_rows": True, "warmstart.error_kinds": "all",
                   "grpo.reward_control": "shuffle", "rehearsal.memory_source": "calls"}
-"""One non-default value for each study lever, under its old key."""
+"""The keys the study levers had in the groups of the paper's mechanisms, each with a value."""
 
 STUDY_FIELDS = ("pretrain", "pretrain_epochs", "pretrain_steps", "pretrain_seed",
                 "pretrain_schedule", "world_rows", "error_rows", "error_kinds", "reward_control",
@@ -253,57 +253,64 @@ def study_values(cfg: Config) -> tuple:
     return tuple(getattr(cfg.study, f) for f in STUDY_FIELDS)
 
 
-def moved_log(caplog):
-    """Capture the package logger (it does not propagate to caplog's root handler)."""
-    import logging
-
-    logger = logging.getLogger("envace_lite")
-    logger.addHandler(caplog.handler)
-    return logger
-
-
-def test_old_and_new_study_keys_give_the_same_config(caplog):
-    from envace_lite.config import MOVED_KEYS
-
-    assert set(MOVED_KEYS) == set(OLD_STUDY_KEYS)
-    new_keys = {MOVED_KEYS[k]: v for k, v in OLD_STUDY_KEYS.items()}
-    logger = moved_log(caplog)
-    try:
-        old = get_config("smoke", OLD_STUDY_KEYS)
-    finally:
-        logger.removeHandler(caplog.handler)
-    new = get_config("smoke", new_keys)
-    assert old.to_dict() == new.to_dict()
-    assert study_values(new) == ("copy_hops", 3.0, 40, 5, "cosine", 7, True, "all", "shuffle",
-                                 "calls")
-    # the paper's groups no longer hold the levers: a saved config names them under study only
-    saved = new.to_dict()
-    assert "pretrain" not in saved["model"] and "world_rows" not in saved["warmstart"]
-    assert "reward_control" not in saved["grpo"] and "memory_source" not in saved["rehearsal"]
-    assert saved["study"]["pretrain_steps"] == 40
-    # one log line names every old key with its new one
-    lines = [r.getMessage() for r in caplog.records if "drills study" in r.getMessage()]
-    assert len(lines) == 1
-    assert "model.pretrain -> study.pretrain" in lines[0]
-    assert "rehearsal.memory_source -> study.memory_source" in lines[0]
-
-
-def test_old_study_keys_on_the_command_line_and_in_override_files(tmp_path):
+def test_each_study_lever_has_one_key(tmp_path):
+    """A lever's key in a paper's group is unknown everywhere a key is read: get_config,
+    --set, an override file, a saved config.json; its study key gives the value."""
     from envace_lite.config import load_overrides, parse_overrides
 
-    assert parse_overrides(["model.pretrain=retail", "model.pretrain_steps=600"]) == {
-        "study.pretrain": "retail", "study.pretrain_steps": 600}
-    # the later of two names of one field wins, as for any repeated --set
-    assert parse_overrides(["study.pretrain=copy", "model.pretrain=retail"]) == {
-        "study.pretrain": "retail"}
-    assert parse_overrides(["model.pretrain=retail", "study.pretrain=copy"]) == {
-        "study.pretrain": "copy"}
-    # the old key is range-checked as the new one
-    with pytest.raises(ConfigError, match="study.pretrain_steps=0"):
-        parse_overrides(["model.pretrain_steps=0"])
+    for key, value in OLD_STUDY_KEYS.items():
+        new = "study." + key.partition(".")[2]
+        with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
+            get_config("smoke", {key: value})
+        with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
+            parse_overrides([f"{key}={json.dumps(value)}"])
+        assert parse_overrides([f"{new}={json.dumps(value)}"]) == {new: value}
+        group, _, name = key.partition(".")
+        saved = get_config("smoke").to_dict()
+        saved[group][name] = value
+        with pytest.raises(ConfigError, match="unknown config key"):
+            Config.from_dict(saved)
     path = tmp_path / "o.yaml"
-    path.write_text("warmstart.world_rows: 4\ngrpo.reward_control: shuffle\n")
-    assert load_overrides(path) == {"study.world_rows": 4, "study.reward_control": "shuffle"}
+    path.write_text("warmstart.world_rows: 4\n")
+    with pytest.raises(ConfigError, match="unknown config key 'warmstart.world_rows'"):
+        get_config("smoke", load_overrides(path))
+    cfg = get_config("smoke", {"study." + k.partition(".")[2]: v
+                               for k, v in OLD_STUDY_KEYS.items()})
+    assert study_values(cfg) == ("copy_hops", 3.0, 40, 5, "cosine", 7, True, "all", "shuffle",
+                                 "calls")
+    saved = cfg.to_dict()
+    assert "pretrain" not in saved["model"] and "world_rows" not in saved["warmstart"]
+    assert "reward_control" not in saved["grpo"] and "memory_source" not in saved["rehearsal"]
+
+
+def test_no_shipped_file_names_a_study_lever_by_an_old_key():
+    """Every command, config and README the project ships names a lever by its study key."""
+    import re
+    import subprocess
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.split()
+    pattern = re.compile("|".join(re.escape(k) + r"\b" for k in OLD_STUDY_KEYS))
+    found = [f"{f}: {m.group(0)}" for f in files
+             if f.endswith((".json", ".jsonl", ".md", ".py", ".ipynb", ".yaml", ".yml", ".txt"))
+             and f != "tests/test_config.py"
+             for m in [pattern.search((root / f).read_text(errors="replace"))] if m]
+    assert found == []
+
+
+def test_study_memory_source_is_free_on_resume():
+    """study.memory_source is a test-time setting: a resumed training run may change it."""
+    from envace_lite.pipelines.resume import config_drift
+
+    cfg = get_config("drills")
+    recorded = cfg.to_dict()
+    recorded["study"]["memory_source"] = "calls"
+    assert config_drift(recorded, cfg) == []
+    recorded["study"]["pretrain"] = "retail"
+    assert config_drift(recorded, cfg) == ["study.pretrain: 'retail' -> 'copy'"]
 
 
 def test_unknown_study_key_is_one_line():
@@ -314,40 +321,6 @@ def test_unknown_study_key_is_one_line():
     assert "'pretrain'" in msg and "'world_rows'" in msg
     with pytest.raises(ConfigError, match="unknown config key 'model.pretrian'"):
         get_config("smoke", {"model.pretrian": "copy"})
-
-
-def test_an_old_saved_config_loads_to_the_study_group_and_does_not_drift(tmp_path):
-    from envace_lite.pipelines.resume import check_resume_config, config_drift
-
-    # a config.json saved with the levers in the paper's groups: today's drills config, its
-    # study fields moved back into model/warmstart/grpo/rehearsal under their old names
-    cfg = get_config("drills", {"study.world_rows": 7, "study.reward_control": "shuffle"})
-    old = cfg.to_dict()
-    study = old.pop("study")
-    for key in OLD_STUDY_KEYS:
-        group, _, name = key.partition(".")
-        old[group][name] = study[name]
-    assert old["model"]["pretrain"] == "copy" and old["warmstart"]["world_rows"] == 7
-    loaded = Config.from_dict(old)
-    assert loaded.to_dict() == cfg.to_dict()
-    assert (loaded.study.pretrain, loaded.study.world_rows, loaded.study.reward_control) == (
-        "copy", 7, "shuffle")
-    # a resumed run whose saved config uses the old keys is no drift ...
-    assert config_drift(old, cfg) == []
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    check_resume_config(tmp_path, cfg)  # no ConfigError
-    # ... and a real change of a lever under its old key is one, named by its study key
-    old["model"]["pretrain"] = "retail"
-    assert config_drift(old, cfg) == ["study.pretrain: 'retail' -> 'copy'"]
-    # study.memory_source is a test-time setting: free on resume, as the rehearsal group is
-    old["model"]["pretrain"] = "copy"
-    old["rehearsal"]["memory_source"] = "calls"
-    assert config_drift(old, cfg) == []
-    assert config_drift(old, cfg, free_groups=()) == [
-        "study.memory_source: 'calls' -> 'policy'"]
-    # a config saved from now on names the levers under study only
-    saved = json.loads(cfg.save(tmp_path / "new").read_text())
-    assert saved["study"]["world_rows"] == 7 and "world_rows" not in saved["warmstart"]
 
 
 def test_profiles_resolve_the_study_levers_as_before():
@@ -364,13 +337,3 @@ def test_profiles_resolve_the_study_levers_as_before():
         assert study_values(get_config(profile)) == values, profile
 
 
-def test_a_profile_that_names_a_lever_under_its_old_group_still_builds(monkeypatch):
-    from envace_lite import profiles
-    from envace_lite.config import build_profile
-
-    spec = {**PROFILES["micro"], "model": {**PROFILES["micro"]["model"], "pretrain": "retail"},
-            "grpo": {**PROFILES["micro"]["grpo"], "reward_control": "shuffle"}}
-    monkeypatch.setitem(profiles.PROFILES, "micro", spec)
-    cfg = build_profile("micro")
-    assert (cfg.study.pretrain, cfg.study.reward_control) == ("retail", "shuffle")
-    assert cfg.model.hidden_size == 256  # the rest of the group is the profile's

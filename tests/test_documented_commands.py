@@ -2,8 +2,7 @@
 
 Each command (in a fenced block, continuation lines joined, or in an inline code span) is parsed
 by the CLI's own click parser: the subcommand and every option must exist. Its ``--profile`` must
-name a profile, each ``--set`` a config field by its current key (never a ``config.MOVED_KEYS``
-name), and a ``notebooks`` command's ``--only`` and ``-p`` must pass the series' own
+name a profile, each ``--set`` a config field by its key, and a ``notebooks`` command's ``--only`` and ``-p`` must pass the series' own
 pre-start check (``check_series_params``: every ``-p`` name against every selected notebook's
 parameters cell). Placeholders such as ``<folder>`` and ``DIR`` stand for paths the reader
 supplies, so path-valued parameters are checked for existence only when written literally.
@@ -19,9 +18,11 @@ import click
 import pytest
 from typer.main import get_command
 
-from envace_lite.cli.main import app, parse_notebook_params
-from envace_lite.config import MOVED_KEYS, ConfigError, field_type
-from envace_lite.course.series import check_series_params, discover, select
+from envace_lite.cli.main import app
+from envace_lite.cli.options import parse_notebook_params
+from envace_lite.config import ConfigError, field_type
+from envace_lite.course.series import discover, select
+from envace_lite.course.series_params import check_series_params
 from envace_lite.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,9 +124,8 @@ def test_documented_command_parses(where, command):
         assert params["profile"] in PROFILES, f"{where}: unknown profile {params['profile']!r}"
     sets = [b for a, b in zip(args, args[1:]) if a == "--set"]
     sets += [a.removeprefix("--set=") for a in args if a.startswith("--set=")]
-    for item in sets:  # every --set names a field by its current key
+    for item in sets:  # every --set names a field by its key
         key = item.partition("=")[0]
-        assert key not in MOVED_KEYS, f"{where}: --set {key}: write {MOVED_KEYS[key]}"
         try:
             field_type(key)
         except ConfigError as e:

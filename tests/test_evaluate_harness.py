@@ -13,7 +13,8 @@ from envace_lite import protocol
 from envace_lite.cli.main import app
 from envace_lite.config import get_config
 from envace_lite.course.eval_figures import plot_budget_sweep
-from envace_lite.pipelines.evaluate import Policy, budget_sweep, evaluate, read_rows
+from envace_lite.pipelines.evaluate import Policy, budget_sweep, evaluate
+from envace_lite.pipelines.run_records import read_rows
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import qwen3_tokenizer
 from envace_lite.pipelines.tables import ci95, config_label, summarize, summarize_runs, table3

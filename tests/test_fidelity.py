@@ -12,16 +12,13 @@ from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
 from envace_lite.pipelines.fidelity import (
     UPPER_BOUND_LABEL,
-    aggregate,
     audit,
     collect_pairs,
-    exact_match,
-    fields,
     gold_events,
-    pair_metrics,
     rehearse_pairs,
     replay,
 )
+from envace_lite.pipelines.fidelity_metrics import aggregate, exact_match, fields, pair_metrics
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import qwen3_tokenizer
 from envace_lite.types import Observation
@@ -151,7 +148,7 @@ def test_audit_on_held_out_pairs_across_tau2_and_bfcl(tok, tmp_path):
     assert ub["overall"]["pairs"] > 0
     saved = json.loads((tmp_path / "fidelity.json").read_text())
     assert saved["held_out"]["overall"] == held["overall"]
-    assert (tmp_path / "fidelity.png").stat().st_size > 0
+    assert not (tmp_path / "fidelity.png").exists()  # the caller draws it (the CLI test)
 
 
 def test_oracle_rehearsal_scores_exact(tok):
@@ -171,7 +168,7 @@ def test_oracle_rehearsal_scores_exact(tok):
 def test_upper_bound_passes_over_the_tasks_of_the_warm_starts_world_rows():
     """``exclude`` skips ids before the first ``limit``; the grounding still rides along."""
     from envace_lite.envs import list_tasks
-    from envace_lite.core.world_rows import world_tasks
+    from envace_lite.drills.world_rows import world_tasks
 
     suite = "tau2-retail-drills"
     ids = list_tasks(suite, "train")
@@ -218,7 +215,7 @@ def test_upper_bound_rehearses_the_same_pairs_again_without_grounding(tok):
 # ---------------------------------------------------------------------------------------------
 
 def test_error_kinds_by_hand():
-    from envace_lite.pipelines.fidelity import edit_distance, error_kind
+    from envace_lite.pipelines.fidelity_metrics import edit_distance, error_kind
     from envace_lite.types import ToolCall
 
     seen = "Hi! What is the status of my order W3220203? My email is ana@x.com"
@@ -245,7 +242,7 @@ def _rec(kind, real_error, prediction, source="policy", **kw):
 
 
 def test_error_kind_report_by_hand():
-    from envace_lite.pipelines.fidelity import error_kind_report
+    from envace_lite.pipelines.fidelity_metrics import error_kind_report
 
     records = [
         _rec("missing_hash", True, "error"),   # caught
@@ -270,7 +267,7 @@ def test_error_kind_report_by_hand():
 
 
 def test_decisive_fields_by_hand():
-    from envace_lite.pipelines.fidelity import decisive_match, decisive_report, drill_tier
+    from envace_lite.pipelines.fidelity_metrics import decisive_match, decisive_report, drill_tier
 
     assert drill_tier("tau2-retail-drills", "cancel:W2611340") == "cancel"
     assert drill_tier("tau2-retail-ticket", "17") == drill_tier("bfcl-base", "a:b") == ""

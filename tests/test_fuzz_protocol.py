@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from envace_lite import protocol as P
 from envace_lite.config import get_config
-from envace_lite.envs import SUITES, list_tasks, make_env
+from envace_lite.envs import all_suites, list_tasks, make_env
 from envace_lite.protocol.fuzz import act_outputs, rehearse_outputs
 from envace_lite.protocol.fuzz import decoded as _decoded
 from envace_lite.llm.generation import chat_ids
@@ -50,7 +50,7 @@ def world():
     from envace_lite.models.load import load_tokenizer
 
     suites = {}
-    for s in SUITES:
+    for s in all_suites():
         tid = list_tasks(s, "test")[0]
         kw = {"user": _tau2_user} if s in ("tau2-retail", "tau2-airline") else {}
         env = make_env(s, tid, **kw)
@@ -110,7 +110,7 @@ def check_path(world, suite: str, act: str, rehearse: str, rendering: str) -> No
 
 
 def _example():
-    return st.tuples(st.sampled_from(SUITES), st.sampled_from(["compact", "full"]),
+    return st.tuples(st.sampled_from(all_suites()), st.sampled_from(["compact", "full"]),
                      st.data())
 
 

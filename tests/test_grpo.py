@@ -21,7 +21,8 @@ from envace_lite.core.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import get_config
-from envace_lite.core.grpo import RoleWiseGRPOTrainer, causal_layout, causal_layout_applies
+from envace_lite.core.causal_forward import causal_layout, causal_layout_applies
+from envace_lite.core.grpo import RoleWiseGRPOTrainer
 from envace_lite.models.load import load_policy, qwen3_tokenizer
 from envace_lite.core.rows import build_rows, collate_rows, output_lengths
 from envace_lite.pipelines.train import grpo_args

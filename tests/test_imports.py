@@ -114,3 +114,12 @@ def test_the_study_check_sees_an_import_of_the_drills(tmp_path):
 def test_the_mechanisms_never_import_the_drills_study():
     found = imports_of_the_study(import_graph())
     assert found == [], "imports of the drills study: " + ", ".join(f"{a} -> {b}" for a, b in found)
+
+
+def test_the_pipelines_never_import_the_course():
+    """The course (notebook helpers, figures, the series runner) sits on top of the pipelines:
+    no arrow runs back from ``envace_lite.pipelines`` to ``envace_lite.course``."""
+    graph = import_graph()
+    back = sorted((a, b) for a, targets in graph.items() for b in targets
+                  if a.startswith("envace_lite.pipelines") and b.startswith("envace_lite.course"))
+    assert back == [], "pipelines -> course: " + ", ".join(f"{a} -> {b}" for a, b in back)

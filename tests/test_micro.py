@@ -23,8 +23,9 @@ from envace_lite.models.micro import (
     transcript_texts,
 )
 from envace_lite.models.load import load_policy
-from envace_lite.core.rollout import chat_glue
-from envace_lite.core.transcripts import build_transcripts, encode_act, encode_rehearse, training_tasks
+from envace_lite.core.engine import chat_glue
+from envace_lite.core.task_split import training_tasks
+from envace_lite.core.transcripts import build_transcripts, encode_act, encode_rehearse
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_micro_profile_policy_and_budget(micro_cfg):
     """The cached profile tokenizer: 4,096 ids; training rows average at most 512 tokens and all
     fit the SFT max length; held-out (test) first ACT prompts, never in its corpus, too."""
     from envace_lite import protocol
-    from envace_lite.core.transcripts import heldout_tasks
+    from envace_lite.core.task_split import heldout_tasks
 
     tok = micro_tokenizer(micro_cfg)
     assert len(tok) == micro_cfg.model.vocab_size
@@ -90,13 +91,13 @@ def test_micro_profile_policy_and_budget(micro_cfg):
 
 
 # ---------------------------------------------------------------------------------------------
-# The copy warm-up's samples (model.pretrain="copy")
+# The copy warm-up's samples (study.pretrain="copy")
 # ---------------------------------------------------------------------------------------------
 def test_copy_samples_need_copying_and_avoid_forbidden_ids():
     import json
     import re
 
-    from envace_lite.drills.copy_warmup import copy_samples
+    from envace_lite.drills.copy_samples import copy_samples
 
     a, b = copy_samples(40, seed=3), copy_samples(40, seed=3)
     assert a == b and a != copy_samples(40, seed=4)
@@ -132,7 +133,7 @@ def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
     import hashlib
     import json
 
-    from envace_lite.drills.copy_warmup import copy_samples
+    from envace_lite.drills.copy_samples import copy_samples
 
     samples = copy_samples(300, seed=7, hops=True)
     assert samples == copy_samples(300, seed=7, hops=True)
@@ -176,7 +177,7 @@ def test_warm_start_options_share_the_tokenizer_corpus():
 
 
 def test_copy_lr_factor_warm_up_then_constant_or_cosine_by_hand():
-    """The copy warm-up's schedule (``model.pretrain_schedule``), worked by hand for 300 steps:
+    """The copy warm-up's schedule (``study.pretrain_schedule``), worked by hand for 300 steps:
     warm-up (s + 1) / 50; cosine 0.5 (1 + cos(pi (s + 1 - 50) / 250)) after it."""
     import math
 
@@ -203,7 +204,7 @@ def test_copy_samples_with_records_reuse_the_matching_reference_verbatim():
     import json
     import re
 
-    from envace_lite.drills.copy_warmup import copy_samples
+    from envace_lite.drills.copy_samples import copy_samples
 
     plain = copy_samples(60, seed=5)
     assert copy_samples(60, seed=5, records=False) == plain

@@ -17,10 +17,10 @@ from envace_lite.llm.generation import (
     Completion,
     Generator,
     HFGenerator,
-    PrefixCache,
     cut_at_stop,
     chat_ids,
 )
+from envace_lite.llm.prefix_cache import PrefixCache
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import (
     QWEN3_SPECIAL_START_ID,
@@ -478,7 +478,7 @@ def test_prefix_cache_adds_nothing_a_longer_entry_serves():
 def test_prefix_cache_off_for_sliding_window_models(tok):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from envace_lite.llm.generation import prefix_cache_supported
+    from envace_lite.llm.prefix_cache import prefix_cache_supported
 
     config = Qwen3Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, intermediate_size=64, vocab_size=64, head_dim=8,

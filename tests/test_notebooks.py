@@ -27,8 +27,9 @@ from papermill.translators import PythonTranslator
 
 from envace_lite.course import helpers as course
 from envace_lite.course import series as nbs
+from envace_lite.course.series_pages import minimal_html
 from envace_lite.core.advantages import rolewise_advantages
-from envace_lite.pipelines.fidelity import aggregate, pair_metrics
+from envace_lite.pipelines.fidelity_metrics import aggregate, pair_metrics
 from envace_lite.pipelines.tables import ci95, summarize
 
 NOTEBOOKS = nbs.discover()
@@ -129,7 +130,7 @@ def test_notebook_structure(path):
     exercises, checks = tagged(nb, "exercise"), tagged(nb, "check")
     assert 1 <= len(exercises) == len(checks) <= 3
     assert all("check_exercise(" in c.source for c in checks)
-    assert (nbs.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").exists()
+    assert (course.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").exists()
     # figures are saved under the run dir
     for c in nb.cells:
         if ".savefig(" in c.source:
@@ -291,7 +292,7 @@ def test_teach_cells_match_the_package(path):
 def test_solutions_pass_the_check_cells(path):
     nb = load(path)
     checks = [c.source for c in tagged(nb, "check")]
-    solution = (nbs.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").read_text()
+    solution = (course.NOTEBOOKS_DIR / "solutions" / f"{path.stem}.py").read_text()
     lines = run_cells([solution, *checks]).splitlines()
     assert lines == [f"Exercise {k}: solved" for k in range(1, len(checks) + 1)]
     # the committed placeholders: every check says "not attempted", and none raises
@@ -474,7 +475,7 @@ def test_minimal_html_exporter_escapes_and_embeds():
     nb = new_notebook(cells=[new_markdown_cell("# <b>t</b>"), new_code_cell("x = '<script>'")])
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="<script>1</script>"),
                            nbformat.v4.new_output("display_data", data={"image/png": "AAAA"})]
-    page = nbs.minimal_html(nb)
+    page = minimal_html(nb)
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "data:image/png;base64,AAAA" in page
 
@@ -569,9 +570,9 @@ def test_notebook_02_alone_with_its_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVACE_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "02.ipynb"
-    pm.execute_notebook(str(nbs.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"), str(out),
+    pm.execute_notebook(str(course.NOTEBOOKS_DIR / "02_act_and_rehearse.ipynb"), str(out),
                         parameters={"profile": "smoke"}, kernel_name="python3",
-                        execution_timeout=300, progress_bar=False, cwd=str(nbs.NOTEBOOKS_DIR))
+                        execution_timeout=300, progress_bar=False, cwd=str(course.NOTEBOOKS_DIR))
     [stage] = (tmp_path / "runs" / "notebooks").glob("smoke__s0__*/02_act_and_rehearse")
     assert (stage / "outputs.jsonl").exists() and (stage / "act_history.png").exists()
     assert json.loads((stage / "config.json").read_text())["profile"] == "smoke"
@@ -586,8 +587,8 @@ def test_notebook_alone_under_laptop_with_nbconvert(tmp_path, stem, output):
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
                     "--execute", "--ExecutePreprocessor.timeout=1800",
                     "--ExecutePreprocessor.kernel_name=python3",
-                    str(nbs.NOTEBOOKS_DIR / f"{stem}.ipynb"),
-                    "--output-dir", str(tmp_path)], check=True, env=env, cwd=nbs.NOTEBOOKS_DIR)
+                    str(course.NOTEBOOKS_DIR / f"{stem}.ipynb"),
+                    "--output-dir", str(tmp_path)], check=True, env=env, cwd=course.NOTEBOOKS_DIR)
     executed = load(tmp_path / f"{stem}.ipynb")
     assert not [o for c in executed.cells for o in c.get("outputs", [])
                 if o.output_type == "error"]

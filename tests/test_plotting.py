@@ -260,8 +260,7 @@ def test_training_curves_stack_the_labels_of_stages_at_one_step():
 
 
 def test_act_history_labels_stay_inside_the_axes():
-    from envace_lite.core.rollout import Trajectory
-    from envace_lite.types import Task
+    from envace_lite.types import Task, Trajectory
 
     traj = Trajectory(Task("t", "toy", "test", [], [], [[]], [[]], [[]], [[]]), 0,
                       act_ids=list(range(100)), act_mask=[0] * 100, act_prompt_len=10,

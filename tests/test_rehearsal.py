@@ -13,8 +13,9 @@ import pytest
 
 from envace_lite import protocol
 from envace_lite.protocol import prompts
-from envace_lite.testtime.execute import WriteGate, identifiers, run_committed
+from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
+from envace_lite.testtime.gate import WriteGate, identifiers
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
 from envace_lite.llm.generation import HFGenerator, chat_ids
@@ -397,7 +398,7 @@ def _attempt(index, calls):
 
 def test_calls_memory_keeps_the_best_attempts_working_calls(tok):
     from envace_lite.protocol.prompts import CALLS_MEMORY_HEADER
-    from envace_lite.testtime.rehearsal import calls_memory
+    from envace_lite.drills.calls_memory import calls_memory
     a1 = _attempt(1, [("CALL-A1", [True]), ("CALL-B1", [False]), ("The end.", [])])
     a2 = _attempt(2, [("CALL-A2", [False]), ("CALL-B2", [False, False])])
     a3 = _attempt(3, [("CALL-A3", [False]), ("CALL-B3", [False])])
@@ -477,7 +478,7 @@ def test_ticket_placement_appends_the_memory_to_the_request(tok):
 def test_ticket_placement_in_a_later_user_turn_goes_to_that_turns_request(tok):
     """After the first ACT output, only the messages no ACT prompt holds yet are searched: the
     new user turn, never a tool response or an earlier request already in act_ids."""
-    from envace_lite.testtime.execute import apply_rehearsal
+    from envace_lite.testtime.turn_records import apply_rehearsal
     from envace_lite.testtime.rehearsal import TurnRehearsal
     from envace_lite.protocol.rehearsal_outputs import Memory
     ep = episode(*BFCL)
@@ -501,7 +502,7 @@ def test_ticket_placement_in_a_later_user_turn_goes_to_that_turns_request(tok):
 
 
 def test_apply_rehearsal_rejects_an_unknown_placement(tok):
-    from envace_lite.testtime.execute import apply_rehearsal
+    from envace_lite.testtime.turn_records import apply_rehearsal
     from envace_lite.testtime.rehearsal import TurnRehearsal
     from envace_lite.protocol.rehearsal_outputs import Memory
     rec = TurnRehearsal(0, "parallel", memory=Memory("m", tokens=1))

@@ -19,6 +19,7 @@ from envace_lite import paths
 from envace_lite import protocol as P
 from envace_lite.config import get_config
 from envace_lite.protocol import ErrorCode as E
+from envace_lite.types import ToolCall
 
 TOOLS = [{"type": "function", "function": {
     "name": "cd", "description": "Change directory.",
@@ -30,7 +31,7 @@ def tc(body: str) -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-def one_call(text: str) -> P.ToolCall:
+def one_call(text: str) -> ToolCall:
     p = P.parse_act(text, TOOLS)
     assert p.kind == "calls", (p.error_code, p.reason)
     (call,) = p.calls
@@ -233,7 +234,7 @@ def test_read_jsonl_names_a_bad_middle_line(tmp_path):
 
 
 def test_torn_metrics_and_results_do_not_block_resume(tmp_path):
-    from envace_lite.pipelines.evaluate import read_rows
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines.train import read_metrics, trim_metrics
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"st')
@@ -244,7 +245,7 @@ def test_torn_metrics_and_results_do_not_block_resume(tmp_path):
 
 
 def test_torn_trainer_state_is_not_a_complete_checkpoint(tmp_path):
-    from envace_lite.pipelines.train import last_checkpoint
+    from envace_lite.pipelines.resume import last_checkpoint
 
     for step, state in [(1, '{"global_step": 1}'), (2, '{"global_step": 2, "log_hi')]:
         folder = tmp_path / "checkpoints" / f"checkpoint-{step}"
@@ -300,6 +301,7 @@ def script_committed(monkeypatch, task_ids: list[str]) -> list[str]:
 
 
 def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines import evaluate as ev
 
     ran = script_committed(monkeypatch, ["t0", "t1"])
@@ -310,7 +312,7 @@ def test_evaluate_resumes_after_a_torn_results_line(tmp_path, monkeypatch):
         f.write('{"suite": "bfcl-base", "task_id": "t1", "rep')  # killed mid-write
     rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=2, repeats=1, out=tmp_path)
     assert ran == ["t0", "t1"] and [r["task_id"] for r in rows] == ["t0", "t1"]
-    assert [r["task_id"] for r in ev.read_rows(results)] == ["t0", "t1"]
+    assert [r["task_id"] for r in read_rows(results)] == ["t0", "t1"]
     assert [json.loads(line)["task_id"] for line in results.read_text().splitlines()] == [
         "t0", "t1"]
 
@@ -409,7 +411,7 @@ def test_cli_user_mistake_is_one_line_exit_2_and_no_run_dir(tmp_path, monkeypatc
 
 def test_sigterm_hint_names_the_cli_resume_command(tmp_path):
     from envace_lite.config import get_config
-    from envace_lite.pipelines.train import resume_hint
+    from envace_lite.pipelines.resume import resume_hint
 
     hint = resume_hint(get_config("smoke"), tmp_path)
     assert hint.startswith(f"envace-lite train --profile smoke --run-dir {tmp_path}")
@@ -473,6 +475,7 @@ def _scripted_policy(tok=None):
 
 
 def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
+    from envace_lite.pipelines.run_records import config_hash, read_rows, row_key
     from envace_lite.pipelines import evaluate as ev
     from envace_lite.config import ConfigError
     from envace_lite.pipelines.tables import summarize_runs
@@ -481,7 +484,7 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     rows = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, out=tmp_path)
     results = tmp_path / "results.jsonl"
     before = results.read_text()
-    assert len(rows) == 1 and rows[0]["config_hash"] == ev.config_hash(rows[0]["result_config"])
+    assert len(rows) == 1 and rows[0]["config_hash"] == config_hash(rows[0]["result_config"])
     assert rows[0]["result_config"]["eval.decoding"] == "greedy"
     with pytest.raises(ConfigError, match=r"eval\.decoding: 'greedy' -> 'sample'"):
         ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path)
@@ -495,51 +498,52 @@ def test_rerun_with_another_decoding_is_refused_naming_the_keys(tmp_path):
     mixed = ev.evaluate(pol, "bfcl-base", cfg=get_config("smoke"), limit=1, decoding="sample", out=tmp_path,
                         force_new_config=True)
     assert mixed[0]["decoding"] == "sample" and mixed[0]["config_hash"] != rows[0]["config_hash"]
-    kept = ev.read_rows(results)
+    kept = read_rows(results)
     assert [r["decoding"] for r in kept] == ["greedy", "sample"]
-    assert len({ev.row_key(r) for r in kept}) == 2
+    assert len({row_key(r) for r in kept}) == 2
     assert sorted(summarize_runs(kept)) == sorted(
         f"none@{r['config_hash']}" for r in kept)  # never averaged together
 
 
 def test_rows_of_another_rehearsal_mode_share_a_folder(tmp_path):
     """A budget sweep writes Non-TTS and N = 1, 2 rows into one folder: not a mismatch."""
-    from envace_lite.pipelines import evaluate as ev
+    from envace_lite.pipelines.run_records import config_differences, config_hash, result_config
 
     cfg = get_config("smoke", {"rollout.grounding_drop_p": 0.0})
-    base = ev.result_config(cfg, "p", "", "none", 0, 0)
-    par = ev.result_config(cfg, "p", "p", "parallel", 2, 0)
-    assert ev.config_differences(base, par) == []
-    assert ev.config_hash(base) != ev.config_hash(par)
-    seq = ev.result_config(get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
-                           "parallel", 2, 0)
-    assert ev.config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
+    base = result_config(cfg, "p", "", "none", 0, 0)
+    par = result_config(cfg, "p", "p", "parallel", 2, 0)
+    assert config_differences(base, par) == []
+    assert config_hash(base) != config_hash(par)
+    seq = result_config(get_config("smoke", {"rehearsal.decoding": "greedy"}), "p", "p",
+                        "parallel", 2, 0)
+    assert config_differences(par, seq) == ["rehearsal.decoding: 'sample' -> 'greedy'"]
     # the memory options: recorded only when not the paper's, so older rows keep their hash,
     # and an absent one reads as its default, so a calls-memory rerun into a folder of
     # paper-memory rows is a mismatch
-    calls = ev.result_config(get_config("smoke", {"rollout.grounding_drop_p": 0.0,
-                                                     "study.memory_source": "calls"}),
-                             "p", "p", "parallel", 2, 0)
-    assert "rehearsal.memory_source" not in par and calls["rehearsal.memory_source"] == "calls"
-    assert ev.config_differences(par, calls) == ["rehearsal.memory_source: 'policy' -> 'calls'"]
-    assert ev.config_differences(calls, par) == ["rehearsal.memory_source: 'calls' -> 'policy'"]
-    assert ev.config_hash(par) != ev.config_hash(calls)
-    assert ev.config_differences(base, calls) == []  # Non-TTS rows share any sweep folder
+    calls = result_config(get_config("smoke", {"rollout.grounding_drop_p": 0.0,
+                                                "study.memory_source": "calls"}),
+                          "p", "p", "parallel", 2, 0)
+    assert "study.memory_source" not in par and calls["study.memory_source"] == "calls"
+    assert config_differences(par, calls) == ["study.memory_source: 'policy' -> 'calls'"]
+    assert config_differences(calls, par) == ["study.memory_source: 'calls' -> 'policy'"]
+    assert config_hash(par) != config_hash(calls)
+    assert config_differences(base, calls) == []  # Non-TTS rows share any sweep folder
 
 
 def test_legacy_rows_without_a_config_record_are_refused(tmp_path):
-    from envace_lite.pipelines import evaluate as ev
+    from envace_lite.pipelines.run_records import check_out, result_config
     from envace_lite.config import ConfigError
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
         {"suite": "bfcl-base", "task_id": "t", "repeat": 0, "reward": 1.0}) + "\n")
-    rc = ev.result_config(get_config("smoke"), "p", "", "none", 0, 0)
+    rc = result_config(get_config("smoke"), "p", "", "none", 0, 0)
     with pytest.raises(ConfigError, match="rows without a config record"):
-        ev.check_out(tmp_path, rc)
-    assert ev.check_out(tmp_path, rc, force=True)
+        check_out(tmp_path, rc)
+    assert check_out(tmp_path, rc, force=True)
 
 
 def test_cli_never_rewrites_config_json_for_rows_it_did_not_make(tmp_path, monkeypatch):
+    from envace_lite.pipelines.run_records import read_rows
     from typer.testing import CliRunner
 
     from envace_lite.pipelines import evaluate as ev
@@ -563,8 +567,8 @@ def test_cli_never_rewrites_config_json_for_rows_it_did_not_make(tmp_path, monke
     assert (tmp_path / "config.json").read_text() == config  # still the first run's settings
     (other,) = tmp_path.glob("config-*.json")
     assert json.loads(other.read_text())["eval"]["decoding"] == "sample"
-    assert [r["decoding"] for r in ev.read_rows(tmp_path / "results.jsonl")] == ["greedy",
-                                                                                  "sample"]
+    assert [r["decoding"] for r in read_rows(tmp_path / "results.jsonl")] == ["greedy",
+                                                                              "sample"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,7 +619,8 @@ def test_a_judge_that_dies_mid_run_stops_training_within_two_steps(tmp_path, mon
     from envace_lite.config import get_config
     from envace_lite.envs.tasks import load_tasks
     from envace_lite.models.load import qwen3_tokenizer
-    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
+    from envace_lite.pipelines.resume import last_checkpoint
+    from envace_lite.pipelines.train import read_metrics, train
 
     monkeypatch.setattr(judge, "probe_judge", lambda *a, **k: "ok")  # it answered the probe
     url = f"http://127.0.0.1:{_closed_port()}/v1"
@@ -649,23 +654,23 @@ def _boom_on(monkeypatch, *, step: bool = False):
     """``protocol.rehearse_messages`` (and with ``step`` the committed env step) raise on
     BOOM calls: an unforeseen failure inside one trajectory."""
     from envace_lite import protocol
-    from envace_lite.testtime import execute as commit
+    from envace_lite.testtime import execute
 
-    real_rehearse, real_execute = protocol.rehearse_messages, commit._execute
+    real_rehearse, real_execute = protocol.rehearse_messages, execute._execute
 
     def rehearse(tools, grounding, history, call, *a, **k):
         if "BOOM" in json.dumps(call.arguments):
             raise UnicodeError("scripted failure in this trajectory's REHEARSE prompt")
         return real_rehearse(tools, grounding, history, call, *a, **k)
 
-    def execute(ep, calls, tools):
+    def boom_execute(ep, calls, tools):
         if any("BOOM" in json.dumps(c.arguments) for c in calls):
             raise UnicodeError("scripted failure in this episode's env step")
         return real_execute(ep, calls, tools)
 
     monkeypatch.setattr(protocol, "rehearse_messages", rehearse)
     if step:
-        monkeypatch.setattr(commit, "_execute", execute)
+        monkeypatch.setattr(execute, "_execute", boom_execute)
 
 
 def _capture(caplog):
@@ -681,7 +686,8 @@ def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monke
     from envace_lite.envs.tasks import load_tasks
     from envace_lite.llm.scripted import ScriptedGenerator
     from envace_lite.models.load import qwen3_tokenizer
-    from envace_lite.pipelines.train import last_checkpoint, read_metrics, train
+    from envace_lite.pipelines.resume import last_checkpoint
+    from envace_lite.pipelines.train import read_metrics, train
 
     worst_act, worst_rehearse = _worst()
     act = [BOOM, *worst_act]
@@ -714,6 +720,7 @@ def test_scripted_train_on_the_worst_outputs_finishes_every_step(tmp_path, monke
 
 
 def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypatch, caplog):
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines import evaluate as ev
     from envace_lite.envs import list_tasks, make_env
     from envace_lite.llm.scripted import ScriptedGenerator
@@ -748,7 +755,7 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
     finally:
         logger.removeHandler(caplog.handler)
     assert [r["task_id"] for r in rows] == [first, second]
-    by_id = {r["task_id"]: r for r in ev.read_rows(tmp_path / "results.jsonl")}
+    by_id = {r["task_id"]: r for r in read_rows(tmp_path / "results.jsonl")}
     assert set(by_id) == {first, second}
     assert by_id[first]["stop_reason"] == "error"
     assert by_id[first]["error"].startswith("act output: UnicodeError: scripted failure in this "
@@ -762,7 +769,7 @@ def test_parallel_eval_on_the_worst_outputs_writes_every_row(tmp_path, monkeypat
 # ---------------------------------------------------------------------------------------------
 
 def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
-    from envace_lite.testtime import execute as commit
+    from envace_lite.testtime import execute
     from envace_lite.testtime.episode import Episode
     from envace_lite.envs import list_tasks, make_env
     from envace_lite.testtime.rehearsal import RehearsalExecuted
@@ -778,9 +785,9 @@ def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
         calls.append(len(todo))
         raise RehearsalExecuted("rehearsal made 1 real call(s)")
 
-    monkeypatch.setattr(commit, "rehearse_turns", executed)
+    monkeypatch.setattr(execute, "rehearse_turns", executed)
     with pytest.raises(RehearsalExecuted):
-        commit._rehearse_guarded(eps, None, None, None, "parallel", 1)
+        execute._rehearse_guarded(eps, None, None, None, "parallel", 1)
     assert calls == [2] and all(ep.error == "" for ep in eps)  # no retry, nothing recorded
 
     def broken(todo, *a, **k):  # an ordinary failure of the second episode's own rehearsal
@@ -791,12 +798,12 @@ def test_rehearsal_that_executed_is_raised_not_recorded(monkeypatch):
 
     calls.clear()
     applied = []
-    monkeypatch.setattr(commit, "rehearse_turns", broken)
-    monkeypatch.setattr(commit, "apply_rehearsal",
+    monkeypatch.setattr(execute, "rehearse_turns", broken)
+    monkeypatch.setattr(execute, "apply_rehearsal",
                         lambda ep, rec, placement: applied.append((ep, rec, placement)))
     from envace_lite.config import get_config
     cfg = get_config("smoke", {"rehearsal.memory_placement": "ticket"})
-    commit._rehearse_guarded(eps, None, None, cfg, "parallel", 1)
+    execute._rehearse_guarded(eps, None, None, cfg, "parallel", 1)
     # the batch failed, then one by one: the first applied (where the config places m_x), the
     # second ended with its error
     assert calls == [2, 1, 1] and applied == [(eps[0], "record", "ticket")]
@@ -838,8 +845,9 @@ def script_errors(monkeypatch, task_ids: list[str], fails: dict[str, int]) -> li
 
 
 def test_episode_errors_are_counted_apart_and_retried_at_most_twice(tmp_path, monkeypatch):
+    from envace_lite.pipelines.run_records import MAX_EPISODE_RETRIES, read_rows
     from envace_lite.pipelines import evaluate as ev
-    from envace_lite.pipelines.tables import format_table, summarize
+    from envace_lite.pipelines.tables import format_table, is_error, summarize
 
     # t0 scores 1.0; t1 fails once then scores 1.0; t2 fails on every attempt
     ran = script_errors(monkeypatch, ["t0", "t1", "t2"], {"t1": 1, "t2": 99})
@@ -860,11 +868,11 @@ def test_episode_errors_are_counted_apart_and_retried_at_most_twice(tmp_path, mo
     rows = run()
     assert ran == ["t2"]  # t1 succeeded on its second attempt; t2's third attempt
     assert run() == rows and ran == []  # out of retries: t2 stays an error
-    assert ev.MAX_EPISODE_RETRIES == 2
-    final = ev.read_rows(tmp_path / "results.jsonl")
-    assert [(r["task_id"], r["attempt"], ev.is_error(r)) for r in final] == [
+    assert MAX_EPISODE_RETRIES == 2
+    final = read_rows(tmp_path / "results.jsonl")
+    assert [(r["task_id"], r["attempt"], is_error(r)) for r in final] == [
         ("t0", 1, False), ("t1", 2, False), ("t2", 3, True)]
-    every = ev.read_rows(tmp_path / "results.jsonl", all_attempts=True)
+    every = read_rows(tmp_path / "results.jsonl", all_attempts=True)
     assert [r["task_id"] for r in every] == ["t0", "t1", "t2", "t1", "t2", "t2"]
     s = summarize(final)
     assert (s["suites"]["bfcl-base"]["avg_at_k"], s["errors"], s["episodes"]) == (1.0, 1, 2)
@@ -913,15 +921,16 @@ def user_url():
 
 
 def test_user_endpoint_503_mid_episode_is_an_error_retried_on_resume(tmp_path, user_url):
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines import evaluate as ev
-    from envace_lite.pipelines.tables import summarize
+    from envace_lite.pipelines.tables import is_error, summarize
 
     cfg = get_config("smoke", {"eval.user_url": user_url, "eval.user_model": "user"})
     pol = _scripted_policy()
     # the first user message arrives, the agent replies in text, the next user turn gets 503
     _UserHandler.replies = ["Hi, I want to return an item.", 503]
     (row,) = ev.evaluate(pol, "tau2-retail", cfg=cfg, limit=1, out=tmp_path)
-    assert row["stop_reason"] == "error" and "503" in row["error"] and ev.is_error(row)
+    assert row["stop_reason"] == "error" and "503" in row["error"] and is_error(row)
     s = summarize([row])
     assert s["errors"] == 1 and s["suites"]["tau2-retail"]["avg_at_k"] is None
     assert s["overall"] is None  # no scored episode: no rate at all, not 0 %
@@ -932,8 +941,8 @@ def test_user_endpoint_503_mid_episode_is_an_error_retried_on_resume(tmp_path, u
     # healthy again: the rerun retries it and the user ends the conversation
     _UserHandler.calls, _UserHandler.replies = 0, ["Hi, I want to return an item.", "###STOP###"]
     (row,) = ev.evaluate(pol, "tau2-retail", cfg=cfg, limit=1, out=tmp_path)
-    assert row["attempt"] == 3 and not ev.is_error(row) and row["stop_reason"] != "error"
-    assert summarize(ev.read_rows(tmp_path / "results.jsonl"))["errors"] == 0
+    assert row["attempt"] == 3 and not is_error(row) and row["stop_reason"] != "error"
+    assert summarize(read_rows(tmp_path / "results.jsonl"))["errors"] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1021,7 +1030,7 @@ def test_a_second_eval_writer_is_refused_then_a_dead_ones_lock_is_taken_over(
     from typer.testing import CliRunner
 
     from envace_lite.pipelines import evaluate as ev
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     ran = script_committed(monkeypatch, ["t0"])
     monkeypatch.setattr(ev, "as_policy", lambda *a, **k: ev.Policy(None, None, "fake"))
@@ -1076,7 +1085,7 @@ def test_warmstart_takes_the_lock_and_refuses_a_live_writer(tmp_path, monkeypatc
     before any model; nothing of the folder changes."""
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
     from envace_lite.pipelines.sft import warmstart
 
     _no_model(monkeypatch)
@@ -1176,9 +1185,10 @@ def test_train_resume_under_other_settings_is_refused_before_anything_is_written
                                                                                   monkeypatch):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
     from envace_lite.config import ConfigError, get_config
-    from envace_lite.pipelines.train import check_resume_config, train
+    from envace_lite.pipelines.resume import check_resume_config
+    from envace_lite.pipelines.train import train
 
     _no_model(monkeypatch)
     cfg = get_config("smoke")
@@ -1230,7 +1240,7 @@ def test_a_checkpoint_of_another_profile_is_refused(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from envace_lite.pipelines import evaluate as ev
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
     from envace_lite.config import ConfigError, get_config
     from envace_lite.models.load import qwen3_tokenizer
 

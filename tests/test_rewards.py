@@ -111,7 +111,7 @@ def test_a_call_answered_by_an_error_passes_neither_call_nor_observation():
 def test_error_observation_reward_by_hand():
     # lookup turn (call 0.75, observation 0.25): the matching call's observation holds "u1" and
     # "Ann" but is an error -> both items fail; the turn closed ("Sorry."), R = 0 / 1 = 0.0.
-    # It used to pass both: R = 0.75 + 0.25 = 1.0.
+    # (Were the error ignored, both would pass: R = 0.75 + 0.25 = 1.0.)
     t = traj([lookup(error=True)], ["Sorry."], reached=1, t=task([lookup_turn()]))
     r, d = checklist_reward(t)
     assert r == pytest.approx(0.0) and [i["passed"] for i in d["items"][0]] == [False, False]
@@ -188,7 +188,7 @@ def test_no_call_turn_cut_off_by_a_parse_error_scores_zero():
 @pytest.mark.parametrize("stop", ["parse_error", "context_budget", "turn_limit", "env_done"])
 def test_interrupted_user_turn_scores_zero(stop):
     # a good call, then the turn is cut off (e.g. broken JSON -> parse_error): no final text.
-    # Lookup turn (call 0.75 + observation 0.25, both matched): it used to score R = 1.0; the
+    # Lookup turn (call 0.75 + observation 0.25, both matched) would score R = 1.0 if closed; the
     # official EnvACE reference scores the open turn 0 -> R = 0 / 1 = 0.0.
     t = traj([lookup()], [""], reached=1, stop=stop, t=task([lookup_turn()]))
     r, d = checklist_reward(t)

@@ -15,7 +15,8 @@ from envace_lite.llm.generation import HFGenerator, chat_ids
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import load_policy, qwen3_tokenizer
 from envace_lite.core.rewards import checklist_reward, output_valid, score_trajectories
-from envace_lite.core.rollout import chat_glue, close_envs, rollout, rollout_stats
+from envace_lite.core.engine import chat_glue
+from envace_lite.core.rollout import close_envs, rollout, rollout_stats
 from envace_lite.types import ChecklistItem, Task, ToolCall
 
 TOOLS = [
@@ -288,7 +289,7 @@ def test_gated_and_always_replay(tok):
 def test_good_call_then_broken_json_scores_zero(tok):
     # the toy turn's one item is the Paris call (weight 1.0). ACT makes it, REHEARSE answers,
     # then ACT writes broken JSON: parse_error, the user turn never closed. The matched call
-    # used to give R = 1.0; an interrupted turn now scores 0 (official EnvACE reference)
+    # would give R = 1.0 in a closed turn; an interrupted turn scores 0 (official EnvACE reference)
     broken = '<tool_call>{"name": "get_weather", "arguments": {</tool_call>'
     (t,), _ = run(tok, [CALL, broken])
     assert t.stop_reason == "parse_error" and len(t.steps) == 1 and t.final_texts == [""]

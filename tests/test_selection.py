@@ -16,7 +16,7 @@ from envace_lite.config import get_config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import qwen3_tokenizer
-from envace_lite.testtime.selection import (
+from envace_lite.testtime.candidates import (
     Candidate,
     accepted,
     choose,
@@ -284,7 +284,8 @@ def test_bad_strategy_is_refused(tok):
 def test_evaluate_keeps_the_controls_apart_in_one_folder(tok, tmp_path):
     """``select`` and ``rules`` rows share a results folder (the strategy is a per-row key), each
     with its own config hash and label; a rerun skips them."""
-    from envace_lite.pipelines.evaluate import evaluate, read_rows
+    from envace_lite.pipelines.evaluate import evaluate
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines.tables import summarize_runs
 
     cfg = cfg_("memory")
@@ -314,7 +315,7 @@ def test_evaluate_keeps_the_controls_apart_in_one_folder(tok, tmp_path):
 def test_cli_refuses_an_unknown_strategy_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from envace_lite.cli import app
+    from envace_lite.cli.main import app
 
     res = CliRunner().invoke(app, ["eval", "--profile", "smoke", "--strategy", "best",
                                    "--limit", "1", "--out", str(tmp_path / "out")])

@@ -21,15 +21,10 @@ from envace_lite.llm.generation import HFGenerator, chat_ids
 from envace_lite.llm.scripted import ScriptedGenerator
 from envace_lite.models.load import load_policy, qwen3_tokenizer
 from envace_lite.core.rollout import rollout
-from envace_lite.pipelines.sft import CHECKPOINT, sft_rows, warmstart
-from envace_lite.core.transcripts import (
-    build_transcripts,
-    encode_act,
-    encode_rehearse,
-    split_sft_rl,
-    training_tasks,
-    truncate_user_turns,
-)
+from envace_lite.pipelines.resume import CHECKPOINT
+from envace_lite.pipelines.sft import sft_rows, warmstart
+from envace_lite.core.task_split import split_sft_rl, training_tasks, truncate_user_turns
+from envace_lite.core.transcripts import build_transcripts, encode_act, encode_rehearse
 from envace_lite.types import Task, ToolCall
 
 
@@ -80,7 +75,7 @@ def _replay_observations(task: Task) -> list[str]:
     try:
         env.reset()
         for u, turn in enumerate(task.gold_calls):
-            calls = [protocol.ToolCall(c["name"], c["arguments"]) for c in turn]
+            calls = [ToolCall(c["name"], c["arguments"]) for c in turn]
             groups = [calls] if task.suite.startswith("bfcl-") else [[c] for c in calls]
             for group in groups:
                 out += [o.content for o in env.step(group)] if group else []
@@ -181,10 +176,10 @@ def test_smoke_warm_start_end_to_end(tmp_path):
 
 
 def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
-    """``warmstart.world_rows``: the rows of ``world_examples(world_tasks(cfg))`` join SFT."""
+    """``study.world_rows``: the rows of ``world_examples(world_tasks(cfg))`` join SFT."""
     import json
 
-    from envace_lite.core.world_rows import world_examples, world_tasks
+    from envace_lite.drills.world_rows import world_examples, world_tasks
 
     cfg = get_config("smoke", {"study.world_rows": 2, "warmstart.eval_first_turns": 0})
     world = world_tasks(cfg)
@@ -201,7 +196,6 @@ def test_warm_start_with_world_rows_adds_the_grounded_rehearse_rows(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def _drill_tasks(n=None):
-    from envace_lite.core.transcripts import training_tasks
     cfg = get_config("drills", {"warmstart.sft_share": 0.08})
     tasks = training_tasks(cfg, "sft")
     return cfg, tasks if n is None else tasks[:n]
@@ -227,7 +221,8 @@ def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
 
 
 def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
-    from envace_lite.core.transcripts import approx_tokens, slip_example
+    from envace_lite.core.transcripts import approx_tokens
+    from envace_lite.drills.error_rows import slip_example
     cfg, tasks = _drill_tasks()
     task = next(t for t in tasks if t.id.startswith("lookup:"))
     ex = slip_example(task, cfg, approx_tokens, False)
@@ -265,7 +260,7 @@ def test_build_transcripts_adds_memory_and_slip_rows_when_asked():
 
 
 def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
-    from envace_lite.core.world_rows import world_examples, world_tasks
+    from envace_lite.drills.world_rows import world_examples, world_tasks
     cfg, sft = _drill_tasks()
     cfg.study.world_rows = 6
     world = world_tasks(cfg)

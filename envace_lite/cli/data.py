@@ -54,7 +54,8 @@ def check_benchmarks(
     """
     import random
 
-    from envace_lite.envs import list_tasks, make_env, replay_gold
+    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.envs.base import replay_gold
 
     if sample < 0:
         raise ConfigError(f"--sample={sample}: expected int >= 0 (0 = all tasks)")
@@ -301,7 +302,7 @@ def drills_reading(
 ) -> None:
     """What a drills evaluation says about reading: success per tier and class, correct ids in
     real calls, fact-exact replies, writes made and right (``drills/reading.py``)."""
-    from envace_lite.course.helpers import git_commit
+    from envace_lite.paths import git_commit
     from envace_lite.drills.reading import read_rows, reading_metrics
 
     folder = existing_folder(eval_dir, "--eval", "results.jsonl")
@@ -431,11 +432,11 @@ def data_card_cmd(
     suite: list[str] = typer.Option(None, help="suites (default: all training suites)"),
 ) -> None:
     """Write ``data/card.json`` with counts, fingerprints and flagged gold calls."""
-    from envace_lite.envs import BFCL_SUITES, DRILL_SUITES, list_tasks
+    from envace_lite.envs import BFCL_SUITES, list_tasks, registered_suites
     from envace_lite.envs.tasks import write_data_card
 
     suites = suite or ["tau2-telecom", "tau2-retail-ticket", "tau2-airline-ticket", *BFCL_SUITES,
-                       *DRILL_SUITES]
+                       *registered_suites()]
     try:  # every suite before any work
         for s in suites:
             list_tasks(s, "all")

@@ -17,7 +17,7 @@ Commands::
 
 Every command defaults to the ``laptop`` profile; tests and CI pass ``--profile smoke``. The
 data-side commands (``check-benchmarks``, ``drills``, ``data``) are in ``cli/data.py``; the error
-handling below is ``cli/errors.py``'s.
+handling below is ``cli/errors.py``'s, and options become a config in ``cli/options.py``.
 
 A user mistake (an unknown profile or key, a ``--set`` value of the wrong type or out of range,
 an ``--out`` holding another config) prints one line, ``error: ...``, and exits 2 before any run
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
 
 import typer
 
@@ -44,12 +43,11 @@ from envace_lite.cli.errors import (
     probe_user,
     user_errors,
 )
+from envace_lite.cli.options import parse_notebook_params, resolve_config
 from envace_lite.config import (
-    Config,
     ConfigError,
     check_profile,
     first_tasks,
-    parse_overrides,
 )
 from envace_lite.profiles import PROFILES
 from envace_lite.progress import get_logger
@@ -72,65 +70,6 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show the traceback 
                                      "mistake instead of one line")) -> None:
     """envace-lite: EnvACE world rehearsal, on a laptop."""
     STATE["debug"] = debug
-
-
-def parse_notebook_params(items: list[str]) -> dict[str, Any]:
-    """The notebooks command's ``-p`` items as ``run_series`` takes them: ``name=value`` for every
-    notebook that declares ``name``, ``NN:name=value`` for notebook NN only (``{"NN": {name:
-    value}}``). The value is read as JSON, else kept as text; the notebooks' declared types check
-    it (``series.check_series_params``).
-
-    Raises:
-        ConfigError: an item without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--param {item!r}: use name=value or NN:name=value")
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        nb, colon, name = key.partition(":")
-        if colon:
-            out.setdefault(nb, {})[name] = parsed
-        else:
-            out[key] = parsed
-    return out
-
-
-def resolve_config(profile: str, files: list[str], sets: list[str],
-                   extra: dict[str, Any] | None = None,
-                   final: dict[str, Any] | None = None) -> Config:
-    """The one way an entry point turns its options into a config (``cli`` and ``scaled/``).
-
-    Overrides apply in this order, later ones winning: each file of ``files``
-    (``config.load_overrides``: YAML/JSON of ``group.field: value``), then ``extra`` (e.g.
-    ``{"run.seed": 0}``), then the ``--set group.field=value`` strings of ``sets``, then
-    ``final`` (flags that win over ``--set``, e.g. the CLI's ``--mode`` and ``--steps``).
-
-    Returns:
-        ``get_config(profile, overrides)``, finalized.
-
-    Raises:
-        ConfigError: an unreadable overrides file, or a ``--set`` item that is malformed, names
-        an unknown key or has a value of the wrong type or range (``config.parse_overrides``).
-        ConfigError: an invalid combination (``Config.finalize``'s ``ValueError``, one line at
-            the CLI).
-    """
-    from envace_lite.config import load_overrides
-
-    overrides: dict[str, Any] = {}
-    for f in files:
-        try:
-            overrides |= load_overrides(f)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"--overrides {f}: {e}") from None
-    overrides |= extra or {}
-    overrides |= parse_overrides(sets)
-    overrides |= final or {}
-    return config_for(profile, overrides)
 
 
 @app.command("eval")
@@ -216,7 +155,7 @@ def eval_cmd(
     suites = suite or cfg.eval.suites
     check_suites(suites, cfg.eval.split, cfg.eval.user_url)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     check_model_reachable(cfg)
     if cfg.rehearsal.mode != "none" or sweep:
@@ -288,7 +227,7 @@ def fidelity_cmd(
                          final={"model.checkpoint": checkpoint} if checkpoint else None)
     check_suites(list(suite), "all", None)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     check_model_reachable(cfg)
     run_dir = make_run_folder(out, "fidelity", profile, seed, cfg.run.runs_root)
@@ -297,6 +236,9 @@ def fidelity_cmd(
     policy = as_policy("", cfg, seed, allow_profile_mismatch)
     report = audit((policy.generator, policy.tokenizer), list(suite), cfg, limit=limit,
                    sources=tuple(source), upper_bound=upper_bound, out=run_dir)
+    from envace_lite.course.eval_figures import plot_fidelity
+
+    plot_fidelity(report).savefig(run_dir / "fidelity.png", dpi=120)
     held, ub = report["held_out"]["overall"], report["grounded_upper_bound"]
     typer.echo(json.dumps({"held_out": {k: v for k, v in held.items() if k != "confusion"},
                            "confusion": held["confusion"],
@@ -338,7 +280,7 @@ def train_cmd(
         raise e if isinstance(e, ConfigError) else ConfigError(str(e)) from None
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint", allow_profile_mismatch)
     check_run_suites(cfg, heldout=False)
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     check_model_reachable(cfg)
     start = time.perf_counter()
@@ -357,12 +299,13 @@ def warmstart_cmd(
     set_: list[str] = typer.Option([], "--set", help="config override group.field=value"),
 ) -> None:
     """SFT warm start on real two-role transcripts; prints the checkpoint for model.checkpoint."""
-    from envace_lite.pipelines.sft import CHECKPOINT, warmstart
+    from envace_lite.pipelines.resume import CHECKPOINT
+    from envace_lite.pipelines.sft import warmstart
 
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed})
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     check_run_suites(cfg, heldout=False)
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     check_model_reachable(cfg)
     folder = make_run_folder(run_dir, "warmstart", cfg.profile, seed, cfg.run.runs_root)
@@ -413,16 +356,16 @@ def experiment_cmd(
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed}, final=final)
     checkpoint_option(cfg.model.checkpoint, cfg, "model.checkpoint")
     check_run_suites(cfg, heldout=True)  # before the warm start, as eval checks them
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     check_model_reachable(cfg)
     if warmstart_dir:
-        from envace_lite.pipelines.sft import CHECKPOINT
+        from envace_lite.pipelines.resume import CHECKPOINT
 
         existing_folder(warmstart_dir, "--warmstart", CHECKPOINT)
         checkpoint_option(str(Path(warmstart_dir) / CHECKPOINT), cfg, "--warmstart")
     if out:  # a rerun under settings that change results: refused before anything is written
-        from envace_lite.pipelines.train import RESUME_FREE, check_resume_config
+        from envace_lite.pipelines.resume import RESUME_FREE, check_resume_config
 
         check_resume_config(out, cfg, RESUME_FREE + ("model.checkpoint",), ())
     folder = make_run_folder(out, "experiment", cfg.profile, seed, cfg.run.runs_root)
@@ -459,7 +402,7 @@ def notebooks_cmd(
     names = [s.strip() for s in only.split(",") if s.strip()] or None
     parameters = parse_notebook_params(param)
     from envace_lite.course.helpers import model_folder
-    from envace_lite.models.load import check_model_reachable
+    from envace_lite.models.hub import check_model_reachable
 
     dirs = [v for v in [parameters.get("model_dir")] + [p.get("model_dir") for p in
             parameters.values() if isinstance(p, dict)] if isinstance(v, str) and v]

@@ -289,10 +289,11 @@ def _act_output(x: Any, hooks: ActHooks, prompt: list[int], out: Completion,
 
 
 def _after_step(x: Any, hooks: ActHooks) -> None:
+    """The turn's end: the item stops, or its history grows by the observations."""
     reason = hooks.step_stop(x)
     if reason:
         x.stop_reason = reason
-    else:
+    else:  # h_{t+1} = h_t ⊕ (a_t, ô_t)
         hooks.join(x, [protocol.tool_response_message(x.observations)])
 
 
@@ -332,6 +333,7 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
             prompts.append(ids)
         if not hooks.keep_turning(bool(acting)):
             break
+        # ACT: a_t ~ π(· | h_t), one batched call for every acting item
         presets = [hooks.preset(x) for x in acting]
         todo = [p for p, pre in zip(prompts, presets) if pre is None]
         # skipped only when every acting item has a preset: an empty call (no item acting, kept
@@ -344,8 +346,8 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
             guarded(x, hooks, hooks.stages["output"], _act_output, x, hooks, prompt, out, glue)
         stepping = [x for x in acting if not x.stop_reason
                     and (x.calls or x.terminal_call is not None)]
-        hooks.observe(stepping)
-        for x in stepping:
+        hooks.observe(stepping)  # REHEARSE: ô_t (training), or the real o_t (evaluation)
+        for x in stepping:  # h_{t+1} = h_t ⊕ (a_t, ô_t)
             guarded(x, hooks, hooks.stages["observations"], _after_step, x, hooks)
         for x in acting:
             if not x.stop_reason and x.turns >= max_turns:

@@ -1,4 +1,3 @@
-# Long by design: one trainer class, TRL's GRPOTrainer with the role-wise overrides it needs.
 """Role-wise GRPO (paper §2.2) on TRL: the GRPOTrainer that trains packed rows (``rows.py``).
 
 One policy plays ACT and REHEARSE. Every output y_{i,m} of trajectory i (an ACT turn or a REHEARSE
@@ -7,6 +6,12 @@ R_i minus the mean reward of the outputs of the *same role* for the *same task*.
 update one set of weights (``mode="shared"``). The objective itself, as tensors
 (``flatten_outputs``, ``rolewise_advantages``, ``loss_weights``, ``rolewise_grpo_loss``), is
 ``envace_lite/core/advantages.py``; this module is how TRL computes it on padded rows.
+
+Where this departs from the paper (each a decision of docs/design.md, "Reward and trainer
+semantics"): (1) an empty output gets R_i − |p|, as the reference code does; (5) REHEARSE reads
+the task's gold (call, observation) pairs as grounding in most training trajectories; (6)
+``act_only`` keeps the output-weighted role-wise baseline unless ``grpo.act_only_baseline`` says
+"trajectories"; and one optimizer step per rollout batch, so Eq. 6's ratio is 1 and its clip idle.
 
 How the trainer realises it in trl 1.16 (docs/design.md, "TRL integration"):
 
@@ -32,6 +37,10 @@ with its own gradient clipping and Adam state, sharing the rollout and the step)
 (ACT rows only, observations from the frozen initial policy); ``act_only_real`` (ACT rows only,
 observations from the real environment).
 
+Two mixins keep plumbing out of this file: ``causal_forward.CausalForwardMixin``, the forward in
+length buckets (speed only, same numbers), and ``per_role_policy.PerRolePolicyMixin``, the second
+policy's optimizer group, clipping and checkpoint file.
+
 Usage::
 
     envace-lite train --profile smoke --mode shared --steps 3      # through envace_lite.pipelines.train
@@ -48,11 +57,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
@@ -64,14 +71,14 @@ from envace_lite.core.advantages import (
     trajectory_advantages,
 )
 from envace_lite.config import Config
+from envace_lite.core.causal_forward import CausalForwardMixin
+from envace_lite.core.per_role_policy import PerRolePolicyMixin
 from envace_lite.progress import get_logger
 from envace_lite.core.rows import (
     Rows,
     build_rows,
     collate_rows,
-    length_buckets,
     output_lengths,
-    padded_at_end_only,
 )
 from envace_lite.types import ROLES, TRAIN_MODES, RolloutMode, TrainMode, Trajectory
 
@@ -136,7 +143,7 @@ class StepRecord:
     rollout_seconds: float
 
 
-class RoleWiseGRPOTrainer(GRPOTrainer):
+class RoleWiseGRPOTrainer(CausalForwardMixin, PerRolePolicyMixin, GRPOTrainer):
     """TRL's GRPOTrainer on role-wise rows (see the module docstring).
 
     Args:
@@ -298,26 +305,26 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         return trajs
 
     def _score(self, trajs: list[Trajectory], step: int) -> None:
-        """Judge each trajectory's task reward in place, then apply ``study.reward_control``.
+        """Judge each trajectory's task reward in place, then apply the reward controls the
+        config asks for.
 
         The checklist judge runs in every mode, so that the paper's Fig. 3 ablations share one
-        reward. A control of the drills study (``study.reward_control``, beyond the paper; not
-        ``"none"``) then rewrites the judged rewards: the control registered under its name
-        (``rewards.reward_control``; ``shuffle`` permutes them inside each task's group,
-        ``drills/reward_control.py``), seeded by ``_step_seed(step)``, the rollout's seed, and
-        the count moved is logged.
+        reward. A control run (beyond the paper; none for the paper's configs) then rewrites the
+        judged rewards: each control a plugin registered that this config chooses
+        (``rewards.chosen_reward_controls``; the drills study's ``study.reward_control="shuffle"``
+        permutes them inside each task's group, ``drills/reward_control.py``), seeded by
+        ``_step_seed(step)``, the rollout's seed, and the count moved is logged.
         """
         from envace_lite.core.judge import LLMJudge
-        from envace_lite.core.rewards import reward_control, score_trajectories
+        from envace_lite.core.rewards import chosen_reward_controls, score_trajectories
 
         g = self.cfg.grpo
         judge = "rule" if g.judge == "rule" else LLMJudge(g.judge_url, g.judge_model)
         score_trajectories(trajs, judge=judge)
-        control = self.cfg.study.reward_control
-        if control != "none":  # the drills study's control run
-            changed = reward_control(control)(trajs, self._step_seed(step))
+        for name, control in chosen_reward_controls(self.cfg):  # a control run
+            changed = control(trajs, self._step_seed(step))
             log.info("step %d: reward control %r moved %d of %d trajectory rewards",
-                     step, control, changed, len(trajs))
+                     step, name, changed, len(trajs))
 
     # ---- rows, advantages, weights (the override) -------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -330,6 +337,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         trajs = self._rollout([self.tasks[i] for i in firsts], k, self.state.global_step)
         rollout_seconds = time.perf_counter() - start
 
+        # Eq. 4-5: each output y_{i,m} gets R_i; A_{i,m} = R_i − μ_{x,r}, one baseline per (x, r)
         rewards, task_ids, roles, valid = flatten_outputs(trajs, g.empty_output_penalty)
         role_ix = torch.tensor([ROLES.index(r) for r in roles], dtype=torch.long)
         trained = valid & torch.tensor([r in self.trained_roles for r in roles], dtype=torch.bool)
@@ -342,6 +350,7 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
         rows = build_rows(trajs, "packed", self.trained_roles).trained_only(trained)
         lengths = output_lengths(rows, len(roles))
 
+        # Eq. 6: the per-token weights of the aggregation, carried into TRL's loss by tool_mask.
         # Per-role normalisation in per_role (two independent objectives); global otherwise.
         groups = [(r, role_ix == ROLES.index(r)) for r in ROLES] if self.mode == "per_role" \
             else [("all", torch.ones_like(trained))]
@@ -406,121 +415,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             return self._get_per_token_logps_and_entropies(self.model, ids, attention, keep,
                                                            batch_size=size)[0]
 
-    # ---- forward in length buckets ----------------------------------------------------------
-    bucket_rows: bool = True
-    """Split each policy forward into length buckets (``length_buckets``), each trimmed of the
-    columns that are padding in all of its rows. A step mixes packed ACT rows (short prompt, long
-    completion) with REHEARSE rows (long prompt, short completion); one collated batch pads every
-    row to the longest prompt plus the longest completion. Single-process runs only: DDP and
-    DeepSpeed expect one forward per backward."""
-    bucket_slack: float = 0.25
-    """A bucket may encode at most this share of padding on top of its real tokens."""
-    causal_rows: bool = True
-    """With ``bucket_rows``, on a model that uses SDPA: lay each bucket row out as its prompt and
-    completion from column 0, padding only at the end, and forward it with no attention mask.
-    Under causal attention no real token sees a later column, so the padding is out of reach
-    without a mask. Without a mask SDPA runs its causal kernel, which skips the key blocks above
-    the diagonal; with one it computes every block and masks it. False: TRL's layout
-    (left-padded prompts, right-padded completions) and its padding mask, per bucket."""
-
-    def row_buckets(self, prompt_mask: torch.Tensor, completion_mask: torch.Tensor,
-                    contiguous: bool | None = None) -> list[list[int]] | None:
-        """Row indices per forward, or None for one forward over the whole (padded) batch.
-
-        Args:
-            prompt_mask: (B, P) left-padded; completion_mask: (B, C) right-padded.
-            contiguous: measure widths for the ``causal_rows`` layout (default:
-                ``causal_rows``).
-        """
-        if (not self.bucket_rows or self.accelerator.num_processes > 1
-                or self.is_deepspeed_enabled):
-            return None
-        return length_buckets(prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist(),
-                              self.bucket_slack,
-                              contiguous=self.causal_rows if contiguous is None else contiguous)
-
-    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor,
-                                           attention_mask: torch.Tensor, logits_to_keep: int,
-                                           batch_size: int | None = None,
-                                           compute_entropy: bool = False,
-                                           compute_aux_loss: bool = False, **extra: Any) -> Any:
-        """TRL's per-token log-probs and entropies, (B, C), computed per length bucket.
-
-        Each bucket's rows are cut to ``[P - max prompt, P + max completion)`` (P = the prompt
-        width): only columns that are padding in every row of the bucket go. With
-        ``causal_rows`` (and ``causal_layout_applies``) each row instead starts at column 0
-        (``_causal_bucket``). Either way the padding is kept out of attention and the real
-        tokens keep their relative positions, so on a RoPE model each real token's log-prob is
-        the same up to float rounding (the gradient-equality checks: 1e-5). Positions past a
-        row's completion get log-prob and entropy 0; they are masked.
-        """
-        call = super()._get_per_token_logps_and_entropies
-        kw = {"batch_size": batch_size, "compute_entropy": compute_entropy,
-              "compute_aux_loss": compute_aux_loss}
-        with _lm_head_on_completions_only():
-            p = input_ids.shape[1] - logits_to_keep
-            pm, cm = attention_mask[:, :p], attention_mask[:, p:]
-            config = getattr(self.accelerator.unwrap_model(model), "config", None)  # DDP: .module
-            causal = (self.causal_rows and not compute_aux_loss
-                      and getattr(config, "_attn_implementation", None) == "sdpa"
-                      and causal_layout_applies(pm, cm))
-            buckets = None if any(v is not None for v in extra.values()) else self.row_buckets(
-                pm, cm, contiguous=causal)
-            if buckets is None:
-                return call(model, input_ids, attention_mask, logits_to_keep, **kw, **extra)
-            p_len, c_len = pm.sum(1), cm.sum(1)
-            logps, entropies, aux = [], [], []
-            for rows in buckets:
-                idx = torch.tensor(rows, device=input_ids.device)
-                if causal:
-                    lp, ent = self._causal_bucket(model, input_ids[idx], p, p_len[idx],
-                                                  c_len[idx], batch_size, compute_entropy)
-                    keep, ax = lp.shape[1], None
-                else:
-                    lo, keep = p - int(p_len[idx].max()), int(c_len[idx].max())
-                    lp, ent, ax = call(model, input_ids[idx, lo:p + keep],
-                                       attention_mask[idx, lo:p + keep], keep, **kw)
-                logps.append(torch.nn.functional.pad(lp, (0, logits_to_keep - keep)))
-                if ent is not None:
-                    entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
-                if ax is not None:
-                    aux.append(ax)
-            order = torch.tensor([r for rows in buckets for r in rows], device=input_ids.device)
-            inverse = torch.argsort(order)
-            return (torch.cat(logps)[inverse],
-                    torch.cat(entropies)[inverse] if entropies else None,
-                    torch.stack(aux).mean() if aux else None)
-
-    def _causal_bucket(self, model: Any, input_ids: torch.Tensor, p: int, p_len: torch.Tensor,
-                       c_len: torch.Tensor, batch_size: int | None, compute_entropy: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One bucket in the ``causal_rows`` layout: log-probs and entropies, (b, max c_len).
-
-        ``input_ids`` (b, P + C) holds each row's real tokens in ``[P - p_len, P + c_len)``
-        (p_len ≥ 1); ``causal_layout`` moves them to ``[0, p_len + c_len)``, and no attention
-        mask is passed. The labels are the completion ids there and -100 elsewhere, so TRL's
-        fused LM head scores the completion tokens only, as in TRL's own layout. Rows go through
-        in chunks of ``batch_size`` (TRL's), each cut to its own longest row.
-        """
-        ids, labels = causal_layout(input_ids, p, p_len, c_len,
-                                    self.processing_class.pad_token_id)
-        keep, total = int(c_len.max()), p_len + c_len
-        steps = torch.arange(keep, device=ids.device)[None, :]
-        live = steps < c_len[:, None]
-        size = batch_size or ids.shape[0]
-        logps, entropies = [], []
-        for s in range(0, ids.shape[0], size):
-            width = int(total[s:s + size].max())
-            with self.accelerator.autocast():
-                out = model(input_ids=ids[s:s + size, :width],
-                            labels=labels[s:s + size, :width], fused_lm_head=True)
-            # the fused head returns (n, width - 1): entry j scores the id in column j + 1
-            at = (p_len[s:s + size, None] - 1 + steps).clamp(0, width - 2)
-            logps.append(out.log_probs.gather(1, at) * live[s:s + size])
-            if compute_entropy:
-                entropies.append(out.entropy.gather(1, at) * live[s:s + size])
-        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
-
     # ---- loss: per_role sends each role's rows to its own policy ----------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         if self.mode != "per_role":
@@ -540,122 +434,6 @@ class RoleWiseGRPOTrainer(GRPOTrainer):
             sub["num_items_in_batch"] = inputs[f"num_items_{role}"]
             loss = loss + super()._compute_loss(model if role == "act" else self.rehearse_model, sub)
         return loss
-
-    # ---- per_role: a second set of parameters in the optimizer, clipped on its own -----------
-    def _role_params(self) -> dict[str, list[torch.nn.Parameter]]:
-        return {"act": [p for p in self.model.parameters() if p.requires_grad],
-                "rehearse": [p for p in self.rehearse_model.parameters() if p.requires_grad]}
-
-    def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
-        optimizer = super().create_optimizer(model)
-        if self.rehearse_model is not None and not any(
-                getattr(gr, "role", "") == "rehearse" for gr in optimizer.param_groups):
-            # Adam keeps state per parameter, so a separate group is a separate optimizer; only
-            # the clipping couples parameters, and _clip_grad_norm clips each role on its own.
-            optimizer.add_param_group({"params": self._role_params()["rehearse"],
-                                       "weight_decay": self.args.weight_decay, "role": "rehearse"})
-        return optimizer
-
-    def _role_norms(self, max_norm: float) -> float:
-        norms = {r: float(torch.nn.utils.clip_grad_norm_(ps, max_norm))
-                 for r, ps in self._role_params().items()}
-        self.role_grad_norms = norms
-        return math.sqrt(sum(n * n for n in norms.values()))
-
-    def _clip_grad_norm(self, model: Any) -> Any:
-        if self.rehearse_model is None:
-            return super()._clip_grad_norm(model)
-        return self._role_norms(self.args.max_grad_norm)
-
-    def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
-        if self.rehearse_model is None or grad_norm is not None:
-            return super()._get_grad_norm(model, grad_norm)
-        return self._role_norms(float("inf"))
-
-    # ---- per_role checkpoints: the REHEARSE policy's trainable tensors ----------------------
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        if self.rehearse_model is not None and self.args.should_save:
-            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
-            folder.mkdir(parents=True, exist_ok=True)
-            # written before TRL's files: trainer_state.json, written last, marks a complete one
-            save_file(_trainable_state(self.accelerator.unwrap_model(self.rehearse_model)),
-                      folder / REHEARSE_WEIGHTS)
-        super()._save_checkpoint(model, trial)
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        if self.rehearse_model is not None:
-            state = load_file(Path(resume_from_checkpoint) / REHEARSE_WEIGHTS)
-            params = dict(self.accelerator.unwrap_model(self.rehearse_model).named_parameters())
-            with torch.no_grad():
-                for name, tensor in state.items():
-                    params[name].copy_(tensor)
-
-
-@contextlib.contextmanager
-def _lm_head_on_completions_only() -> Any:
-    """On CPU, let TRL's fused LM head score only the completion positions.
-
-    Without Triton, trl 1.16 projects *every* position through the LM head and zeroes the prompt
-    afterwards (to keep tile shapes fixed for Neuron's compiler). With Qwen3's 151k vocabulary
-    and a tiny backbone that is most of a CPU step. The compact path it uses on GPUs is plain
-    torch and gives the same numbers, so it is switched on for CPU devices while TRL computes.
-    """
-    import trl.trainer.utils as trl_utils
-
-    original = trl_utils._use_triton
-    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
-    try:
-        yield
-    finally:
-        trl_utils._use_triton = original
-
-
-def causal_layout_applies(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> bool:
-    """True when a batch is in TRL's layout with no holes: every prompt row zeros then at least
-    one one, every completion row ones then zeros (``causal_layout``'s assumption; docs/design.md,
-    "TRL integration").
-
-    Args:
-        prompt_mask: (B, P); completion_mask: (B, C).
-    """
-    return (prompt_mask.shape[1] > 0 and completion_mask.shape[1] > 0
-            and padded_at_end_only(prompt_mask.flip(1))
-            and padded_at_end_only(completion_mask, empty_rows=True))
-
-
-def causal_layout(input_ids: torch.Tensor, p: int, p_len: torch.Tensor, c_len: torch.Tensor,
-                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of TRL's layout moved to start at column 0, and their completion labels (the
-    ``causal_rows`` layout; docs/design.md, "TRL integration").
-
-    Args:
-        input_ids: (B, P + C), prompts left-padded to P, completions right-padded (no holes:
-            ``causal_layout_applies``).
-        p: the prompt width P.
-        p_len, c_len: (B,) real prompt and completion tokens per row.
-        pad_id: the id written after each row's last real token.
-
-    Returns:
-        ``ids`` (B, W), W = max(p_len + c_len): row b is its p_len[b] prompt ids, its c_len[b]
-        completion ids, then ``pad_id``; ``labels`` (B, W): the completion ids at their columns,
-        -100 elsewhere (the prompt and the padding are not scored).
-    """
-    total = p_len + c_len
-    width = int(total.max())
-    cols = torch.arange(width, device=input_ids.device)[None, :]
-    src = ((p - p_len)[:, None] + cols).clamp(max=input_ids.shape[1] - 1)
-    ids = input_ids.gather(1, src).masked_fill(cols >= total[:, None], pad_id)
-    scored = (cols >= p_len[:, None]) & (cols < total[:, None])
-    return ids, ids.masked_fill(~scored, -100)
-
-
-REHEARSE_WEIGHTS = "rehearse_policy.safetensors"
-"""per_role: the REHEARSE policy's trainable tensors inside each checkpoint folder."""
-
-
-def _trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    return {n: p.detach().contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def _adapter_trained(model: Any) -> bool:

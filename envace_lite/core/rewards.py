@@ -52,6 +52,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from envace_lite.config import Config
 from envace_lite.envs.tasks import normalize
 from envace_lite.progress import get_logger
 from envace_lite.types import ChecklistItem, Step, Trajectory
@@ -249,11 +250,33 @@ run's rewards, beyond the paper) and returns how many changed."""
 
 _REWARD_CONTROLS: dict[str, RewardControl] = {}
 
+ControlChoice = Callable[[Config], bool]
+"""``chosen(cfg) -> bool``: whether a run config asks for a registered control (the plugin that
+registers the control reads its own setting)."""
 
-def register_reward_control(name: str, control: RewardControl) -> None:
+_CONTROL_CHOICES: dict[str, ControlChoice] = {}
+
+
+def register_reward_control(name: str, control: RewardControl,
+                            chosen: ControlChoice | None = None) -> None:
     """Serve ``study.reward_control=name`` with ``control`` (a plugin registers its controls on
-    import; ``plugins.py``: the drills study's ``shuffle``)."""
+    import; ``plugins.py``: the drills study's ``shuffle``). ``chosen(cfg)`` says whether a run
+    config asks for it (``chosen_reward_controls``); without it the control is served by name
+    only (``reward_control``)."""
     _REWARD_CONTROLS[name] = control
+    if chosen is not None:
+        _CONTROL_CHOICES[name] = chosen
+
+
+def chosen_reward_controls(cfg: Config) -> list[tuple[str, RewardControl]]:
+    """``(name, control)`` of every registered control that ``cfg`` asks for, in registration
+    order; [] for a config of the paper (the trainer then keeps the judged rewards). A plugin
+    whose config group ``cfg`` sets is loaded first (``plugins.load_plugins_for``)."""
+    from envace_lite.plugins import load_plugins_for
+
+    load_plugins_for(cfg)
+    return [(name, _REWARD_CONTROLS[name]) for name, chosen in _CONTROL_CHOICES.items()
+            if chosen(cfg)]
 
 
 def reward_control(name: str) -> RewardControl:
@@ -308,9 +331,11 @@ def output_valid(traj: Trajectory) -> list[bool]:
 
 
 __all__ = [
+    "ControlChoice",
     "RewardControl",
     "aggregate_verdicts",
     "checklist_reward",
+    "chosen_reward_controls",
     "communicated",
     "judge_turn",
     "output_rewards",

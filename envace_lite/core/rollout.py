@@ -65,7 +65,8 @@ from envace_lite.core.engine import (
     ids_with_stop,
     run_turns,
 )
-from envace_lite.envs import Env, make_env
+from envace_lite.envs import make_env
+from envace_lite.envs.base import Env
 from envace_lite.llm.generation import Completion, Generator, chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.protocol import ErrorCode
@@ -278,9 +279,9 @@ class _TrainingHooks(ActHooks):
             s.calls.append(call)
 
     def observe(self, acting: list[_LiveTrajectory]) -> None:
-        if self.mode == "real":
+        if self.mode == "real":  # act_only_real: the real o_t
             super().observe(acting)
-        else:
+        else:  # REHEARSE: ô_t, from the policy (or the frozen initial one: act_only)
             frozen = self.mode == "frozen_simulator"
             _rehearse(acting, self.rehearser, self.tokenizer, self.cfg,
                       "frozen_simulator" if frozen else "rehearsed", always_call=self.sync)
@@ -357,6 +358,7 @@ def _rehearse(acting: list[_LiveTrajectory], gen: Generator, tokenizer: Any, cfg
             _end_trajectory(s, f"rehearse prompt of call {j}", exc)
     built = [b for b in built if b[0][0].traj.stop_reason != "error"]
     kept, prompts, fits = [b[0] for b in built], [b[1] for b in built], [b[2] for b in built]
+    # REHEARSE: ô_t ~ π(· | h_t, a_t), one batched call for every call of the turn
     outs = gen.generate(prompts, role="rehearse", max_new_tokens=rc.max_new_tokens_rehearse,
                         temperature=rc.temperature, top_p=rc.top_p) \
         if prompts or always_call else []
@@ -425,13 +427,7 @@ def close_envs(trajs: list[Trajectory]) -> None:
 
 
 __all__ = [
-    "ChatGlue",
-    "Output",
-    "Step",
-    "Trajectory",
-    "chat_glue",
     "close_envs",
-    "ids_with_stop",
     "rehearsal_observation",
     "rollout",
     "rollout_stats",

@@ -29,7 +29,8 @@ the train split (``split_sft_rl``; ``training_tasks(cfg, "sft" | "rl")``, both i
 Usage::
 
     from envace_lite.config import get_config
-    from envace_lite.core.transcripts import build_transcripts, training_tasks
+    from envace_lite.core.task_split import training_tasks
+    from envace_lite.core.transcripts import build_transcripts
     cfg = get_config("micro")
     ts = build_transcripts(training_tasks(cfg, "sft"), cfg)
 """
@@ -37,15 +38,13 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
 from envace_lite.config import Config
-from envace_lite.core.id_errors import ID_ERRORS, corrupt_id
-from envace_lite.core.task_split import (
-    heldout_tasks, require_train, scenario_key, sft_fraction, split_sft_rl, training_tasks,
-    truncate_user_turns)
+from envace_lite.core.task_split import require_train
 from envace_lite.llm.generation import chat_ids, token_counter
 from envace_lite.progress import get_logger
 from envace_lite.types import Observation, Task, ToolCall
@@ -116,7 +115,7 @@ def closing_text(task: Task, user_turn: int) -> str:
             + "; ".join(info) + ".") if info else "I have taken care of your request."
 
 
-def _replies(task: Task, user_turn: int) -> list[list[dict[str, Any]]]:
+def gold_replies(task: Task, user_turn: int) -> list[list[dict[str, Any]]]:
     """Gold (call, observation) pairs grouped into ACT replies: BFCL one per turn, tau2 one each."""
     pairs = task.grounding[user_turn]
     if not pairs:
@@ -149,7 +148,7 @@ def task_transcripts(task: Task, cfg: Config, count_tokens: Any,
                     for m in task.user_turns[u]]
             glue.append(msgs)
             history += msgs
-        for reply in _replies(task, u):
+        for reply in gold_replies(task, u):
             calls = [ToolCall(p["call"]["name"], p["call"]["arguments"]) for p in reply]
             text = protocol.assistant_text(calls)
             outputs.append(text)
@@ -178,12 +177,13 @@ def memory_transcript(act: ActTranscript, task: Task) -> ActTranscript | None:
     """A copy of ``act`` whose request carries the rule-built rehearsal memory of its own calls
     (``warmstart.memory_share``; beyond the paper).
 
-    The memory is what ``rehearsal.calls_memory`` writes when the gold's calls of the first user
-    turn are the best attempt: ``prompts.CALLS_MEMORY_HEADER``, then the ACT outputs of that turn
+    The memory is what the drills study's calls memory writes at test time
+    (``drills/calls_memory.py``) when the gold's calls of the first user turn are the best
+    attempt: ``prompts.CALLS_MEMORY_HEADER``, then the ACT outputs of that turn
     whose gold observations are not errors (terminal calls make no step, so they never appear).
     It is appended to the last user message of the prompt inside ``prompts.memory_message``, as
-    ``execute.apply_rehearsal(..., "ticket")`` appends it. Unlike the test-time memory it is not
-    cut to ``rehearsal.memory_max_tokens`` (a gold turn's calls are short).
+    ``turn_records.apply_rehearsal(..., "ticket")`` appends it. Unlike the test-time memory it is
+    not cut to ``rehearsal.memory_max_tokens`` (a gold turn's calls are short).
 
     Args:
         act: the task's ACT transcript (``task_transcripts``).
@@ -195,7 +195,7 @@ def memory_transcript(act: ActTranscript, task: Task) -> ActTranscript | None:
     """
     from envace_lite.protocol import prompts
 
-    replies = _replies(task, 0)
+    replies = gold_replies(task, 0)
     calls = [act.outputs[k].strip() for k, reply in enumerate(replies)
              if k < len(act.outputs) and not any(p["observation"].get("error") for p in reply)]
     if not calls:
@@ -208,130 +208,35 @@ def memory_transcript(act: ActTranscript, task: Task) -> ActTranscript | None:
                          copy.deepcopy(act.glue))
 
 
-def slip_example(task: Task, cfg: Config, count_tokens: Any, gold: bool) -> RehearseExample | None:
-    """One REHEARSE row of the paper's Fig. 7 slip (``study.error_rows``; beyond the paper).
-
-    The task's first gold call with every string argument that starts with ``#`` written
-    without it, executed in a fresh real environment of the task; its observation (tau2's real
-    error, e.g. ``Error: Order not found``) is the target. The prompt is the REHEARSE prompt of
-    that call after the request, as ``task_transcripts`` builds it.
-
-    Args:
-        task: a train-split task.
-        cfg: reads ``rollout`` (rendering, prompt budget).
-        count_tokens: text -> token count, for REHEARSE trimming.
-        gold: REHEARSE sees the task's grounding (else ``<unavailable>``).
-
-    Returns:
-        The row, or None when the first gold call has no ``#`` argument, when its slip did not
-        get an error (nothing to learn), or when the task's environment cannot be made without
-        a USER simulator (tau2's retail and airline suites; the drills and the ticket suites
-        need none).
-    """
-    from envace_lite.envs import make_env
-
-    if not task.grounding or not task.grounding[0]:
-        return None
-    first = task.grounding[0][0]["call"]
-    args = {k: (v[1:] if isinstance(v, str) and v.startswith("#") else v)
-            for k, v in first["arguments"].items()}
-    if args == first["arguments"]:
-        return None
-    slip = ToolCall(first["name"], args)
-    try:
-        env = make_env(task.suite, task.id)
-    except RuntimeError as exc:  # a suite that needs a USER simulator endpoint
-        log.warning("%s: no slip row (%s)", task.id, exc)
-        return None
-    try:
-        env.reset()
-        obs = env.step([slip])[0]
-    finally:
-        env.close()
-    if not obs.error:
-        return None
-    rc = cfg.rollout
-    history = [{"role": m["role"], "content": m["content"]}
-               for m in task.messages if m["role"] != "system"]
-    history.append({"role": "assistant", "content": protocol.assistant_text([slip])})
-    flat = [g for turn in task.grounding for g in turn]
-    rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, slip,
-                                    count_tokens, rc.max_prompt_tokens, rc.rendering)
-    return RehearseExample(task.id, task.suite, 0, rp.messages,
-                           protocol.rehearsal_text(obs.content),
-                           {"name": slip.name, "arguments": slip.arguments}, obs.to_dict(),
-                           "gold" if gold else "none")
-
-
-def id_error_example(task: Task, cfg: Config, count_tokens: Any, gold: bool,
-                     kind: str) -> RehearseExample | None:
-    """One REHEARSE row for an id error a policy makes (``study.error_kinds="all"``; beyond
-    the paper): a gold call of the first user turn, drawn with
-    ``random.Random(f"{kind}:{suite}:{task id}")`` among those with a string argument that holds a
-    digit, with that argument corrupted (``corrupt_id``). The gold calls before it and the
-    corrupted call run in a fresh real environment of the task; the corrupted call's real
-    observation (tau2's error, e.g. ``Error: Order not found``) is the target. The prompt is the
-    REHEARSE prompt of that call after the gold replies and real observations before it.
-
-    Returns:
-        The row, or None when no gold call has such an argument, when the corrupted call did not
-        get an error (nothing to learn), or when the task's environment needs a USER simulator.
-
-    Raises:
-        KeyError: an unknown ``kind``.
-    """
-    from envace_lite.envs import make_env
-
-    if kind not in ID_ERRORS:
-        raise KeyError(f"unknown id error {kind!r}: choose from {list(ID_ERRORS)}")
-    replies = _replies(task, 0) if task.grounding else []
-    pairs = [p for reply in replies for p in reply]
-    rng = random.Random(f"{kind}:{task.suite}:{task.id}")
-    slots = [(j, k) for j, p in enumerate(pairs) for k, v in p["call"]["arguments"].items()
-             if isinstance(v, str) and any(ch.isdigit() for ch in v)]
-    if not slots:
-        return None
-    j, key = rng.choice(slots)
-    call = pairs[j]["call"]
-    bad = ToolCall(call["name"], {**call["arguments"],
-                                  key: corrupt_id(call["arguments"][key], kind, rng)})
-    try:
-        env = make_env(task.suite, task.id)
-    except RuntimeError as exc:  # a suite that needs a USER simulator endpoint
-        log.warning("%s: no %s row (%s)", task.id, kind, exc)
-        return None
-    try:
-        env.reset()
-        for p in pairs[:j]:
-            env.step([ToolCall(p["call"]["name"], copy.deepcopy(p["call"]["arguments"]))])
-        obs = env.step([bad])[0]
-    finally:
-        env.close()
-    if not obs.error:
-        return None
-    rc = cfg.rollout
-    history = [{"role": m["role"], "content": m["content"]}
-               for m in task.messages if m["role"] != "system"]
-    for reply in replies:
-        if reply[0] is pairs[j]:
-            break
-        history.append({"role": "assistant", "content": protocol.assistant_text(
-            [ToolCall(p["call"]["name"], p["call"]["arguments"]) for p in reply])})
-        history.append(protocol.tool_response_message(
-            [Observation(**p["observation"]) for p in reply]))
-    history.append({"role": "assistant", "content": protocol.assistant_text([bad])})
-    flat = [g for turn in task.grounding for g in turn]
-    rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, bad,
-                                    count_tokens, rc.max_prompt_tokens, rc.rendering)
-    return RehearseExample(task.id, task.suite, 0, rp.messages,
-                           protocol.rehearsal_text(obs.content),
-                           {"name": bad.name, "arguments": bad.arguments}, obs.to_dict(),
-                           "gold" if gold else "none")
-
-
 def approx_tokens(text: str) -> int:
     """A tokenizer-free count (chars / 3) for trimming before a tokenizer exists."""
     return len(text) // 3 + 1
+
+
+ExtraTaskRows = Callable[[Task, Config, Any, bool], list[RehearseExample]]
+"""``rows(task, cfg, count_tokens, gold) -> rows``: extra REHEARSE rows of one warm-start task,
+made beside its own (``gold``: its grounding draw), by a plugin's lever that reads its own
+setting in ``cfg`` ([] when the lever is off)."""
+
+EXTRA_TASK_ROWS: dict[str, ExtraTaskRows] = {}
+"""Extra REHEARSE row builders of the warm start's tasks, by name (the name is the count's key
+in ``TranscriptSet.stats``), in registration order (a plugin registers them on import)."""
+
+
+def register_extra_task_rows(name: str, rows: ExtraTaskRows) -> None:
+    """Register ``rows``: ``build_transcripts`` calls it on every task and puts what it returns
+    after the gold's own REHEARSE rows, counted under ``stats[name]``."""
+    EXTRA_TASK_ROWS[name] = rows
+
+
+def extra_task_rows(cfg: Config) -> dict[str, ExtraTaskRows]:
+    """The registered extra row builders, a plugin whose config group ``cfg`` sets loaded first
+    (``plugins.load_plugins_for``): none for a config of the paper, unless a plugin was loaded
+    for another reason (its builders then return [])."""
+    from envace_lite.plugins import load_plugins_for
+
+    load_plugins_for(cfg)
+    return dict(EXTRA_TASK_ROWS)
 
 
 def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
@@ -340,14 +245,13 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
 
     Args:
         tasks: train-split tasks (``ValueError`` otherwise).
-        cfg: reads ``rollout``, ``run.seed`` and the two options beyond the paper,
-            ``warmstart.memory_share`` (memory transcripts, ``memory_transcript``) and
-            ``study.error_rows`` (slip rows, ``slip_example``, and with
-            ``study.error_kinds="all"`` the mis-copied and absent id rows,
-            ``id_error_example``: each runs real calls in a fresh environment). ``stats``
-            counts the gold's rows (``act_outputs`` and ``rehearse_examples`` leave the extra
-            rows out) and the extras apart (``memory_transcripts``, ``slip_rows``,
-            ``id_error_rows``).
+        cfg: reads ``rollout``, ``run.seed`` and the options beyond the paper:
+            ``warmstart.memory_share`` (memory transcripts, ``memory_transcript``) and whatever
+            the registered extra row builders read (``extra_task_rows``; the drills study's
+            error rows, ``drills/error_rows.py``, run real calls in a fresh environment).
+            ``stats`` counts the gold's rows (``act_outputs`` and ``rehearse_examples`` leave
+            the extra rows out) and the extras apart (``memory_transcripts``, and one count per
+            registered builder under its name, e.g. ``slip_rows``, ``id_error_rows``).
         tokenizer: counts REHEARSE prompt tokens for trimming; ``approx_tokens`` when None.
         seed: seeds the grounding drop (``random.Random(seed)``, one draw per task, in order);
             ``cfg.run.seed`` when None.
@@ -359,8 +263,8 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
     w = cfg.warmstart
     memory_rng = random.Random(f"memory:{cfg.run.seed if seed is None else seed}")
     memories, gold_act = 0, []
-    slips: list[RehearseExample] = []
-    id_errors: list[RehearseExample] = []
+    builders = extra_task_rows(cfg)
+    extras: dict[str, list[RehearseExample]] = {name: [] for name in builders}
     for task in tasks:
         gold = rng.random() >= cfg.rollout.grounding_drop_p
         act, rehearse = task_transcripts(task, cfg, count, gold)
@@ -372,15 +276,8 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
             if extra is not None:  # right after its task's own transcript
                 out.act.append(extra)
                 memories += 1
-        if cfg.study.error_rows:  # the drills study's lever
-            ex = slip_example(task, cfg, count, gold)
-            if ex is not None:
-                slips.append(ex)
-            if cfg.study.error_kinds == "all":
-                for kind in ID_ERRORS:
-                    ex = id_error_example(task, cfg, count, gold, kind)
-                    if ex is not None:
-                        id_errors.append(ex)
+        for name, rows in builders.items():  # a plugin's levers (beyond the paper)
+            extras[name].extend(rows(task, cfg, count, gold))
     out.stats = {
         "tasks": len(tasks),
         "act_outputs": sum(len(a.outputs) for a in gold_act),
@@ -389,17 +286,17 @@ def build_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any = None,
         "gold_call_errors": sum(bool(r.observation.get("error")) for r in out.rehearse),
         "flagged_gold_calls": sum(f.startswith("gold_call_error:") for t in tasks for f in t.flags),
         "suites": sorted({t.suite for t in tasks}),
-        "memory_transcripts": memories, "slip_rows": len(slips),
-        "id_error_rows": len(id_errors),
+        "memory_transcripts": memories, **{name: len(rows) for name, rows in extras.items()},
     }
-    out.rehearse.extend(slips + id_errors)  # after the counts, which are the gold's own
+    for rows in extras.values():  # after the counts, which are the gold's own
+        out.rehearse.extend(rows)
     return out
 
 
 def encode_act(tr: ActTranscript, tokenizer: Any) -> tuple[list[int], list[int]]:
     """``(input_ids, completion_mask)`` of an ACT transcript, packed exactly as ``rollout`` packs
     a trajectory that always stopped on the end-of-turn token. Shapes: (T,), (T,)."""
-    from envace_lite.core.rollout import chat_glue
+    from envace_lite.core.engine import chat_glue
 
     g = chat_glue(tokenizer)
     ids = chat_ids(tokenizer, tr.prompt)
@@ -416,7 +313,7 @@ def encode_act(tr: ActTranscript, tokenizer: Any) -> tuple[list[int], list[int]]
 
 def encode_rehearse(ex: RehearseExample, tokenizer: Any) -> tuple[list[int], list[int]]:
     """``(input_ids, completion_mask)`` of a REHEARSE row: prompt (0), target + eot (1)."""
-    from envace_lite.core.rollout import chat_glue
+    from envace_lite.core.engine import chat_glue
 
     eot = chat_glue(tokenizer).eot_id
     prompt = chat_ids(tokenizer, ex.messages)
@@ -425,8 +322,7 @@ def encode_rehearse(ex: RehearseExample, tokenizer: Any) -> tuple[list[int], lis
 
 
 __all__ = [
-    "ID_ERRORS", "TERMINAL_CALLS", "ActTranscript", "RehearseExample", "TranscriptSet",
-    "approx_tokens", "build_transcripts", "closing_text", "corrupt_id", "encode_act",
-    "encode_rehearse", "heldout_tasks", "id_error_example", "require_train", "scenario_key",
-    "sft_fraction", "split_sft_rl", "task_transcripts", "training_tasks", "truncate_user_turns",
+    "EXTRA_TASK_ROWS", "TERMINAL_CALLS", "ActTranscript", "ExtraTaskRows", "RehearseExample",
+    "TranscriptSet", "approx_tokens", "build_transcripts", "closing_text", "encode_act", "encode_rehearse", "extra_task_rows",
+    "gold_replies", "register_extra_task_rows", "task_transcripts",
 ]

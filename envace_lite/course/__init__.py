@@ -1,2 +1,2 @@
 """What the notebooks call (``helpers``, ``plotting``, ``eval_figures``, ``viewer``) and how the
-notebook series is run (``series``)."""
+notebook series is run (``series``, its parameters checked by ``series_params``)."""

@@ -180,7 +180,7 @@ def plot_fidelity_by_tool(report: dict[str, Any] | str | Path, *, profile: str, 
     Args:
         report: ``fidelity.audit``'s report, or its JSON file.
         profile, source: named in the title.
-        metric: a rate of ``fidelity.aggregate`` (``exact_match``, ``error_agreement``,
+        metric: a rate of ``fidelity_metrics.aggregate`` (``exact_match``, ``error_agreement``,
             ``field_recall`` ...).
         top: draw the tools with the most pairs, at most this many.
         fallback: drawn instead of ``metric`` when ``metric`` has one value on every bar (e.g.

@@ -25,13 +25,12 @@ import copy
 import json
 import os
 import platform
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from envace_lite.config import Config
-from envace_lite.paths import REPO_ROOT, new_run_dir
+from envace_lite.paths import REPO_ROOT, git_commit, new_run_dir
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 """The committed notebooks (the series runner's default source)."""
@@ -55,7 +54,8 @@ def quiet() -> None:
     """Filter the warnings and loading bars that are not the student's business, in one place.
 
     Installs ``NOT_THE_STUDENTS_BUSINESS`` (``warnings.filterwarnings``), turns off the
-    transformers and hub progress bars (the ~40 GGUF de-quantization bars of a SmolLM2 load)
+    transformers, hub and datasets progress bars (the ~40 GGUF de-quantization bars of a SmolLM2
+    load, the dataset bars of an SFT)
     through their environment variables (set only when unset; nothing is imported, so the cell
     stays fast), lowers the transformers, datasets and accelerate loggers to errors and the
     package's own to warnings (``progress.quiet_logs``).
@@ -71,6 +71,7 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message=r"IProgress not found")  # tqdm's text fallback
     # read by transformers and huggingface_hub when they are imported (later, in the notebook)
     for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                        ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"),  # TRL's dataset bars (SFT)
                         ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
                         ("TOKENIZERS_PARALLELISM", "false"),
                         # tqdm bars that do not pass disable= themselves (the GGUF loader's);
@@ -118,19 +119,6 @@ def versions() -> None:
                           f"CUDA {'yes' if torch.cuda.is_available() else 'no'}"))]
     for name, value in rows:
         print(f"{name:<13}{value}")
-
-
-def git_commit() -> str:
-    """The checkout's short commit, with ``+dirty`` when it has changes ("unknown" outside git)."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
-                             capture_output=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO_ROOT, text=True, capture_output=True, timeout=10,
-                               check=False).stdout
-        return sha + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def check_parameters(namespace: dict[str, Any], names: list[str] | tuple[str, ...]) -> dict:
@@ -430,8 +418,7 @@ __all__ = [
     "check_param_type",
     "check_parameters",
     "check_params",
-    "git_commit",
-    "gold_rollout",
+        "gold_rollout",
     "gold_script",
     "parameters_of",
     "runs_root",

@@ -128,7 +128,7 @@ def plot_act_history(traj: Any, title: str | None = None) -> Figure:
     h_{t+1} = h_t ⊕ (a_t, ô_t).
 
     Args:
-        traj: a ``rollout.Trajectory``.
+        traj: a ``types.Trajectory``.
         title: the axes title (default: the task id and mode).
     """
     from matplotlib.patches import Patch

@@ -24,7 +24,8 @@ and the index page marks it. So does a notebook that runs past its wall-clock bo
 
 What the notebooks themselves call (their opening cells, exercise checks, the scripted gold
 policy) lives in ``envace_lite.course.helpers``; the HTML exports and the index page are written
-by ``series_pages.py`` (re-exported here).
+by ``series_pages.py``. Every ``-p`` parameter is checked against the selected
+notebooks before any kernel starts (``series_params.py``).
 
 Usage::
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -46,15 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from envace_lite.config import ConfigError, check_profile
-from envace_lite.course.helpers import (
-    NOTEBOOKS_DIR,
-    check_param_type,
-    git_commit,
-    parameters_of,
-    runs_root,
-)
-from envace_lite.course.series_pages import export_html, minimal_html, write_index
-from envace_lite.paths import REPO_ROOT, new_run_dir
+from envace_lite.course.helpers import NOTEBOOKS_DIR, runs_root
+from envace_lite.course.series_pages import export_html, write_index
+from envace_lite.course.series_params import check_series_params, notebook_parameters
+from envace_lite.paths import REPO_ROOT, git_commit, new_run_dir
 from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
 
@@ -93,17 +88,6 @@ def discover(source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return sorted(p for p in Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
 
 
-RUNNER_PARAMS = ("profile", "seed", "run_dir", "artifacts_dir")
-"""Parameters the runner sets for every notebook (``--profile``, ``--seed``, ``--out``)."""
-
-FOLDER_PARAMS = ("train_run_dir", "checkpoint", "model_dir")
-"""Notebook parameters that name an existing folder when not empty."""
-
-
-def _per_notebook(key: str, value: Any) -> bool:
-    return isinstance(value, dict) and re.fullmatch(r"\d\d(_\w+)?", key) is not None
-
-
 def select(paths: list[Path], only: list[str] | None) -> list[Path]:
     """The notebooks of ``paths`` that ``only`` names (prefixes such as ``02`` or stems), in
     order; all of them when ``only`` is empty.
@@ -119,103 +103,6 @@ def select(paths: list[Path], only: list[str] | None) -> list[Path]:
         raise ConfigError(f"--only: no notebook matches {missing}: choose from "
                           f"{', '.join(p.stem for p in paths)}")
     return [p for p in paths if any(hit(p, o) for o in only)]
-
-
-def _check_folder(stem: str, name: str, value: Any) -> None:
-    if name in FOLDER_PARAMS and isinstance(value, str) and value and not Path(value).is_dir():
-        raise ConfigError(f"notebook {stem} parameter {name}={value!r}: no such folder")
-
-
-SUITE_PARAMS = ("suite", "tau2_suite", "bfcl_suite", "suites", "eval_suites", "drill_suite")
-"""Notebook parameters that name suites (comma-separated where plural)."""
-
-
-def _check_tasks(stem: str, params: dict[str, Any], changed: set[str]) -> None:
-    """The suites, split and task index one notebook will read, when the series changed any of
-    them: each suite registered, the split one it has, the index inside every suite's split."""
-    if not changed & {*SUITE_PARAMS, "split", "task_index"}:
-        return
-    from envace_lite.envs import list_tasks
-
-    suites = [x.strip() for name in SUITE_PARAMS if isinstance(params.get(name), str)
-              for x in params[name].split(",") if x.strip()]
-    split = params.get("split", "test")
-    sizes = {}
-    for suite in suites:
-        try:
-            sizes[suite] = len(list_tasks(suite, split))
-        except KeyError as e:
-            which = ", ".join(sorted(changed & {*SUITE_PARAMS, "split"})) or "suite"
-            raise ConfigError(f"notebook {stem} parameter {which}: "
-                              f"{e.args[0] if e.args else e}") from None
-    index = params.get("task_index")
-    if isinstance(index, int) and sizes and not -min(sizes.values()) <= index < min(sizes.values()):
-        raise ConfigError(f"notebook {stem} parameter task_index={index}: the {split} split has "
-                          + ", ".join(f"{n} tasks in {s}" for s, n in sizes.items())
-                          + f"; use 0 to {min(sizes.values()) - 1}")
-
-
-def check_series_params(paths: list[Path], extra: dict[str, Any]) -> None:
-    """Check every parameter of a series against every selected notebook's ``parameters`` cell,
-    before any kernel starts (papermill itself only warns about an unknown name).
-
-    ``extra`` holds shared parameters (``{"suite": "bfcl-base"}``: every notebook that declares
-    it) and per-notebook ones (``{"02": {"task_id": "..."}}``).
-
-    Raises:
-        ConfigError: one line each: a per-notebook key for a notebook outside the series; a name
-            that notebook does not declare (naming the ones it does); a shared name no selected
-            notebook declares (naming the shared ones); a runner parameter (``profile``, ``seed``,
-            ``run_dir``, ``artifacts_dir``: the CLI's options set them); a value of the wrong
-            type (``course.check_param_type``); a folder parameter (``FOLDER_PARAMS``) naming no
-            folder; a suite (``SUITE_PARAMS``) or split that is not registered, or a
-            ``task_index`` outside the split (``_check_tasks``).
-    """
-    declared = {p.stem: parameters_of(p) for p in paths}
-    changed: dict[str, dict[str, Any]] = {}
-    for key, value in extra.items():
-        if _per_notebook(key, value):
-            stems = [s for s in declared if s == key or s.startswith(f"{key}_")]
-            if not stems:
-                raise ConfigError(f"-p {key}:...: notebook {key} is not in this series "
-                                  f"({', '.join(declared)})")
-            items = [(s, name, v) for s in stems for name, v in value.items()]
-        else:
-            stems = [s for s in declared if key in declared[s]]
-            if key in RUNNER_PARAMS:
-                raise ConfigError(f"-p {key}: set by the runner; use --profile, --seed or --out")
-            if not stems:
-                shared = sorted({n for d in declared.values() for n in d} - set(RUNNER_PARAMS))
-                raise ConfigError(f"no notebook of this series takes a parameter {key!r}: "
-                                  f"they take {', '.join(shared)}")
-            items = [(s, key, value) for s in stems]
-        for stem, name, v in items:
-            if name in RUNNER_PARAMS:
-                raise ConfigError(f"-p {key}:{name}: set by the runner; use --profile, --seed "
-                                  "or --out")
-            if name not in declared[stem]:
-                takes = [n for n in declared[stem] if n not in RUNNER_PARAMS]
-                raise ConfigError(f"notebook {stem} has no parameter {name!r}: it takes "
-                                  f"{', '.join(takes) or 'nothing else'}")
-            check_param_type(name, v, declared[stem][name])
-            _check_folder(stem, name, v)
-            changed.setdefault(stem, {})[name] = v
-    for stem, values in changed.items():  # suites, split and index: what the kernel would read
-        _check_tasks(stem, {**declared[stem], **values}, set(values))
-
-
-def _parameters(path: Path, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """The parameters papermill injects into one notebook: the runner's, then the shared ones it
-    declares, then its own (``check_series_params`` has checked them all)."""
-    declared = parameters_of(path)
-    params = dict(base)
-    for key, value in extra.items():
-        if _per_notebook(key, value):
-            if path.stem == key or path.stem.startswith(f"{key}_"):
-                params.update(value)
-        elif key in declared:
-            params[key] = value
-    return params
 
 
 def machine_paths(series: Path) -> list[tuple[str, str]]:
@@ -475,8 +362,8 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
         SeriesInterrupted: Ctrl-C; the index and ``series.json`` are written first, the
             running notebook marked ``interrupted``.
         ConfigError: before any kernel starts, one line: an unknown profile, a notebook that does
-            not exist, a parameter that fails ``check_series_params``, or an ``out`` that
-            ``check_series_folder`` refuses.
+            not exist, a parameter that fails ``series_params.check_series_params``, or an
+            ``out`` that ``check_series_folder`` refuses.
     """
     check_profile(profile)
     paths = select(discover(Path(source_dir)), notebooks)
@@ -497,7 +384,7 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
         log.info("notebook %s (%d/%d) ...", src.stem, i + 1, len(paths))
         started = time.perf_counter()
         try:
-            record = run_notebook(src, series / src.stem, _parameters(src, base, extra),
+            record = run_notebook(src, series / src.stem, notebook_parameters(src, base, extra),
                                   cell_timeout, timeout, profile)
         except KeyboardInterrupt:  # the series' pages still tell what ran and where it stopped
             cell, _ = _failure(series / src.stem / src.name)
@@ -519,22 +406,15 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
 
 
 __all__ = [
-    "NOTEBOOKS_DIR",
     "PAPERMILL_TAGS",
     "TIMEOUTS",
-    "FOLDER_PARAMS",
-    "RUNNER_PARAMS",
     "NotebookFailed",
     "SeriesInterrupted",
     "check_series_folder",
-    "check_series_params",
     "discover",
-    "export_html",
-    "minimal_html",
     "run_notebook",
     "run_series",
     "running_cell",
     "scrub_paths",
     "select",
-    "write_index",
 ]

@@ -3,8 +3,7 @@
 ``export_html`` writes ``<notebook>.html`` beside an executed notebook (nbconvert's ``lab``
 template, or ``minimal_html`` when nbconvert fails); ``write_index`` writes the series dir's
 ``series.json`` and ``index.html``, which link every notebook, its export, parameters, log and
-figures, with its status and wall time. ``series.py`` calls them after each notebook and
-re-exports them.
+figures, with its status and wall time. ``series.py`` calls them after each notebook.
 """
 from __future__ import annotations
 

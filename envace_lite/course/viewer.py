@@ -110,7 +110,7 @@ def render_trajectory(traj: Any, *, title: str | None = None, max_chars: int = 1
     """One trajectory as an HTML fragment, turn by turn.
 
     Args:
-        traj: a ``rollout.Trajectory`` (any mode; scored or not).
+        traj: a ``types.Trajectory`` (any mode; scored or not).
         title: a heading shown above the trajectory (escaped).
         max_chars: cap per text block (user messages, ACT outputs, observations); 0 = no cap.
         show_rehearse_raw: show each REHEARSE output's raw text in a collapsed block.
@@ -194,7 +194,7 @@ def render_text(traj: Any, max_chars: int = 300) -> str:
     """The plain-text fallback of ``render_trajectory`` (for logs and terminals).
 
     Args:
-        traj: a ``rollout.Trajectory``.
+        traj: a ``types.Trajectory``.
         max_chars: cap per text block.
     """
     def cut(s: Any) -> str:
@@ -229,7 +229,7 @@ class TrajectoryView:
     """A trajectory that displays itself: HTML in notebooks, text elsewhere.
 
     Args:
-        traj: a ``rollout.Trajectory``.
+        traj: a ``types.Trajectory``.
         **kwargs: passed to ``render_trajectory``.
     """
 

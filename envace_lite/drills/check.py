@@ -19,7 +19,7 @@ payment     ``credit_card_…``, ``paypal_…``, ``gift_card_…``        as wri
 
 A communicated string of no kind (v1's airline cabins, destinations, flight numbers) is left to
 tau2's rule alone. The check runs on the episode's final text only (the ticket protocol has one).
-``DrillEnv.score`` applies it to v2 suites; v1 suites score exactly as before.
+``DrillEnv.score`` applies it to v2 suites; v1 suites score under tau2's rule alone.
 
 Usage::
 

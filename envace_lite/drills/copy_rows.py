@@ -9,7 +9,7 @@ the ticket into a call, the id of a record into the write after it, a fact out o
 the reply) in the drills' own tokens, without a task that RL or evaluation uses. The copies are
 never executed: their observations are the drill's real ones, rewritten.
 
-What is replaced (entity-free: no new id is one of tau2's, ``copy_warmup.tau2_ids``):
+What is replaced (entity-free: no new id is one of tau2's, ``copy_samples.tau2_ids``):
 
 - order ids ``W`` + 7 digits (with or without ``#``), user ids ``name_name_NNNN``, payment
   method ids (``gift_card_``/``credit_card_``/``paypal_`` + 7 digits), 10-digit item and
@@ -19,7 +19,8 @@ What is replaced (entity-free: no new id is one of tau2's, ``copy_warmup.tau2_id
   cent digit (so that its JSON number and its text agree).
 
 With ``study.copy_people``, the copy's user also gets a fresh first and last name (random
-syllables), zip (5 digits) and e-mail (``first.last`` + digits ``@example.com``), and its user id is
+syllables, ``copy_samples.syllable_name``), zip (5 digits) and e-mail (``first.last`` + digits
+``@example.com``), and its user id is
 made of the new names (``first_last_NNNN``): what a two-hop drill's first two calls copy.
 ``study.copy_rows_two_hop`` adds more copies of each two-hop drill, the tier with the fewest.
 
@@ -36,9 +37,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
 
 from envace_lite.config import Config
+from envace_lite.drills.copy_samples import syllable_name
 from envace_lite.types import Task
 
 ID_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -52,13 +53,6 @@ ID_PATTERNS: tuple[tuple[str, str], ...] = (
 
 AMOUNT = re.compile(r"^\d+\.\d{2}$")
 EMAIL = re.compile(r"\b[a-z]+\.[a-z]+\d+@example\.com\b")
-_CONSONANTS, _VOWELS = "bdfghklmnprstvz", "aeiou"
-
-
-def _name(rng: random.Random) -> str:
-    """A random capitalized name of 2 or 3 syllables (``Kavelo``)."""
-    return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
-                   for _ in range(rng.randint(2, 3))).capitalize()
 
 
 def _people(source: str, zips: list[str], rng: random.Random, taken: set[str]
@@ -69,7 +63,7 @@ def _people(source: str, zips: list[str], rng: random.Random, taken: set[str]
     for old in dict.fromkeys(re.findall(ID_PATTERNS[1][1], source)):
         first, last = old.split("_")[:2]
         while True:
-            new_first, new_last = _name(rng), _name(rng)
+            new_first, new_last = syllable_name(rng), syllable_name(rng)
             new = f"{new_first.lower()}_{new_last.lower()}_{rng.randrange(10**4):04d}"
             if new not in taken:
                 break
@@ -171,7 +165,7 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     n = cfg.study.copy_rows
     if n <= 0:
         return []
-    from envace_lite.drills.copy_warmup import tau2_ids
+    from envace_lite.drills.copy_samples import tau2_ids
     from envace_lite.drills.suite import DRILL_DOMAINS
 
     forbidden = tau2_ids()

@@ -36,7 +36,7 @@ def pretrain_corpus(domain: str) -> list[str]:
     Raises:
         KeyError: an unknown domain.
     """
-    from envace_lite.drills.generate import Solver
+    from envace_lite.drills.solver import Solver
     from envace_lite.drills.spec import check_domain, test_user
 
     check_domain(domain)

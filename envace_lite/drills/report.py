@@ -267,7 +267,6 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
         ValueError: a folder holds rows of more than one configuration (rehearsal mode, N,
             rehearsing policy, config hash) or a task twice, or shares no task with the baseline.
     """
-    from envace_lite.config import MOVED_KEYS, current_dict
     from envace_lite.pipelines.run_records import MEMORY_DEFAULTS, read_rows
 
     def rows(folder: str | Path) -> list[dict[str, Any]]:
@@ -291,15 +290,13 @@ def sweep(baseline: str | Path, folders: list[str | Path]) -> dict[str, Any]:
 
     def memory(folder: str | Path, row: dict[str, Any]) -> dict[str, str]:
         # the row's own record first (written since the options exist), then the folder's
-        # config.json (rows written before; memory_source under study, or under rehearsal in
-        # a config saved with the old keys: current_dict), then the paper's defaults
+        # config.json (rows written before), then the paper's defaults
         cfg_path = Path(folder) / "config.json"
-        saved = (current_dict(json.loads(cfg_path.read_text()), str(cfg_path))
-                 if cfg_path.exists() else {})
+        saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
         rc = row.get("result_config", {})
         out = {}
         for k, v in MEMORY_DEFAULTS.items():
-            group, _, name = MOVED_KEYS.get(k, k).partition(".")
+            group, _, name = k.partition(".")
             out[k.split(".")[1]] = rc.get(k, saved.get(group, {}).get(name, v))
         return out
 

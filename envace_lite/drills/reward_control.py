@@ -3,14 +3,19 @@ null-signal control run for the drills study (``docs/drills.md``).
 
 ``shuffle_rewards`` permutes the judged rewards inside each task's group, so that a run against
 it, on the same warm start, separates what the reward teaches from what the update alone does.
-``drills/__init__.py`` registers it with ``core.rewards.register_reward_control``; the trainer
-applies it after the judge (``core.grpo.RoleWiseGRPOTrainer._score``).
+``drills/__init__.py`` registers it with ``core.rewards.register_reward_control``, chosen by
+``study.reward_control="shuffle"`` (``chosen``); the trainer applies it after the judge
+(``rewards.chosen_reward_controls``, ``core.grpo.RoleWiseGRPOTrainer._score``).
 """
 from __future__ import annotations
 
 import random
 
+from envace_lite.config import Config
 from envace_lite.types import Trajectory
+
+CONTROL = "shuffle"
+"""The name this control is registered and chosen under (``study.reward_control``)."""
 
 
 def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
@@ -49,4 +54,9 @@ def shuffle_rewards(trajs: list[Trajectory], seed: int) -> int:
     return changed
 
 
-__all__ = ["shuffle_rewards"]
+def chosen(cfg: Config) -> bool:
+    """Whether ``cfg`` asks for the shuffled-reward control (``study.reward_control``)."""
+    return cfg.study.reward_control == CONTROL
+
+
+__all__ = ["CONTROL", "chosen", "shuffle_rewards"]

@@ -4,13 +4,26 @@
 ``envs.list_tasks`` call. A v2 suite scores with tau2's evaluator and the drill-side reply check
 (``check.py``), and its test split has the held-out slices of ``slices.py`` as splits.
 
+=================================  =========================================================
+``tau2-retail-drills``             drills generated from tau2's retail DB: lookup, two-hop,
+                                   rule-gated cancel and return, scored by tau2's evaluator
+``tau2-airline-drills``            likewise for airline: lookup, two-hop,
+                                   basic-economy-gated change
+``tau2-retail-drills-v2``          retail drills v2: every drill asks for a fact copied from
+                                   an observation; held-out slices ``validation`` and
+                                   ``confirmation``
+``tau2-retail-drills-v2-compact``  the same drills, records shown compact (``records.py``, a
+                                   study lever)
+=================================  =========================================================
+
 What a drill is, its tiers and its split rule: ``drills/spec.py``; how drills are generated:
 ``drills/generate.py``; the scripted baselines scored on these suites: ``drills/baselines.py``.
 ``drills/__init__.py`` registers these suites with ``envs`` (``envs.register_suites``).
 
 Usage::
 
-    from envace_lite.envs import list_tasks, make_env, replay_gold
+    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.envs.base import replay_gold
     ids = list_tasks("tau2-retail-drills", "test")         # round-robin over tiers
     env = make_env("tau2-retail-drills", ids[0])
     replay_gold(env)                                          # (1.0, {...})

@@ -13,14 +13,11 @@ Suites (the name says the protocol):
 ``bfcl-miss_func``     BFCL v4 multi-turn, a function held out until a later turn
 ``bfcl-miss_param``    BFCL v4 multi-turn, a parameter withheld (the model should ask)
 ``bfcl-long_context``  BFCL v4 multi-turn with large distractor state
-``tau2-retail-drills`` drills generated from tau2's retail DB: lookup, two-hop, rule-gated
-                       cancel and return (``drills/suite.py``), scored by tau2's evaluator
-``tau2-airline-drills`` likewise for airline: lookup, two-hop, basic-economy-gated change
-``tau2-retail-drills-v2`` retail drills v2: every drill asks for a fact copied from an
-                       observation; held-out slices ``validation`` and ``confirmation``
-``tau2-retail-drills-v2-compact`` the same drills, records shown compact
-                       (``drills/records.py``, a study lever)
 =====================  =====================================================================
+
+A plugin serves more suites from its own module (``register_suites``; ``plugins.py`` imports
+the plugins when a suite that no adapter serves is first asked for, ``all_suites`` lists them
+all).
 
 Usage::
 
@@ -37,12 +34,11 @@ TAU2_SUITES = (
     "tau2-telecom", "tau2-retail", "tau2-airline", "tau2-retail-ticket", "tau2-airline-ticket",
 )
 BFCL_SUITES = ("bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context")
-DRILL_SUITES = ("tau2-retail-drills", "tau2-airline-drills", "tau2-retail-drills-v2",
-                "tau2-retail-drills-v2-compact")
-"""Suites the ``drills`` plugin registers (``plugins.py``) when first asked for."""
-SUITES = TAU2_SUITES + BFCL_SUITES + DRILL_SUITES
+BUILTIN_SUITES = TAU2_SUITES + BFCL_SUITES
+"""The suites of the built-in adapters (``tau2.py``, ``bfcl.py``)."""
 
 _REGISTERED: dict[str, ModuleType] = {}
+"""Suites a plugin registered (``register_suites``), in registration order."""
 
 
 def register_suites(suites: tuple[str, ...] | list[str], module: ModuleType) -> None:
@@ -64,15 +60,30 @@ def suite_module(suite: str) -> ModuleType:
         from envace_lite.envs import tau2 as mod
     elif suite in BFCL_SUITES:
         from envace_lite.envs import bfcl as mod
-    elif suite in SUITES:
+    else:
         if suite not in _REGISTERED:
             from envace_lite.plugins import load_plugins
 
             load_plugins()
+        if suite not in _REGISTERED:
+            raise KeyError(f"unknown suite {suite!r}: choose one of {list(all_suites())}")
         mod = _REGISTERED[suite]
-    else:
-        raise KeyError(f"unknown suite {suite!r}: choose one of {list(SUITES)}")
     return mod
+
+
+def registered_suites() -> tuple[str, ...]:
+    """The suites the plugins serve (``register_suites``), in registration order; the plugins
+    are imported first (``plugins.load_plugins``)."""
+    from envace_lite.plugins import load_plugins
+
+    load_plugins()
+    return tuple(_REGISTERED)
+
+
+def all_suites() -> tuple[str, ...]:
+    """Every suite: the built-in adapters' (``BUILTIN_SUITES``), then the plugins'
+    (``registered_suites``)."""
+    return BUILTIN_SUITES + tuple(s for s in registered_suites() if s not in BUILTIN_SUITES)
 
 
 def list_tasks(suite: str, split: str) -> list[str]:
@@ -105,14 +116,15 @@ def make_env(suite: str, task_id: str, **kwargs) -> Env:
 
 __all__ = [
     "BFCL_SUITES",
-    "DRILL_SUITES",
-    "SUITES",
+    "BUILTIN_SUITES",
     "TAU2_SUITES",
     "Env",
     "GoldTurn",
+    "all_suites",
     "list_tasks",
     "make_env",
     "register_suites",
+    "registered_suites",
     "replay_gold",
     "suite_module",
 ]

@@ -41,7 +41,7 @@ from typing import Any
 from envace_lite.envs.base import Env, GoldTurn
 from envace_lite.paths import DATA_DIR, cache_dir
 from envace_lite.envs.bfcl_schema import is_json_value, render_call, to_openai_tool
-from envace_lite.protocol import MAX_ARG_DEPTH
+from envace_lite.protocol.json_text import MAX_ARG_DEPTH
 from envace_lite.types import Observation, ToolCall
 
 # Importing bfcl_eval's loaders creates result/, score/ and .file_locks/ under BFCL_PROJECT_ROOT,

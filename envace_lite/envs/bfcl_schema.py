@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from envace_lite.protocol import MAX_ARG_DEPTH
+from envace_lite.protocol.json_text import MAX_ARG_DEPTH
 
 _TYPE_MAP = {"dict": "object", "object": "object", "float": "number", "number": "number",
              "double": "number", "integer": "integer", "int": "integer", "long": "integer",

@@ -145,7 +145,7 @@ def build_task(suite: str, task_id: str, split: str, rendering: str = "compact")
     """Build one ``Task`` by replaying its gold calls in a real environment.
 
     Args:
-        suite: a suite name from ``envace_lite.envs.SUITES`` (use a ``-ticket`` suite for tau2
+        suite: a suite name from ``envace_lite.envs.all_suites()`` (use a ``-ticket`` suite for tau2
             retail and airline: training never uses a user simulator).
         task_id: the benchmark's task id.
         split: ``train`` or ``test`` (recorded on the task).

@@ -23,7 +23,8 @@ from their source files with ``ast`` (tau2's own definitions, never imported or 
 
 Usage::
 
-    from envace_lite.envs import list_tasks, make_env, replay_gold
+    from envace_lite.envs import list_tasks, make_env
+    from envace_lite.envs.base import replay_gold
     env = make_env("tau2-telecom", list_tasks("tau2-telecom", "test")[0])
     print(replay_gold(env))          # (1.0, {...})
     # self-test: python -m pytest tests/test_tau2_env.py -q -m "slow or not slow"

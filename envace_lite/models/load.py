@@ -15,6 +15,7 @@ Four kinds of base model, chosen by ``ModelConfig.kind``:
 
 ``cfg.checkpoint`` replaces the base weights with a local folder: a full ``save_pretrained`` model,
 or a PEFT adapter folder (it holds ``adapter_config.json``) applied on top of the base model.
+Hub models load through ``hub.py`` (the local cache first; ``check_model_reachable``).
 
 Usage::
 
@@ -26,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from envace_lite.config import Config, ModelConfig
+from envace_lite.models.hub import load_pretrained
 from envace_lite.paths import cache_dir, is_cached, write_cache
-from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
 
 log = get_logger(__name__)
@@ -249,62 +249,6 @@ def smollm2_hf_dir() -> Path:
     return target
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
-
-
-def check_model_reachable(cfg: Config) -> None:
-    """Before any run folder or model: the policy ``cfg`` names can load on this machine.
-
-    Checks that a ``cuda`` device has CUDA, and that a hub model (``model.kind="hub"``, no
-    ``model.checkpoint``, a name that is no local folder) is in the local Hugging Face cache
-    when the hub is offline (``HF_HUB_OFFLINE``). With the hub online a missing model is
-    downloaded at load time, so it is not refused here.
-
-    Raises:
-        ConfigError: one line naming the setting and what to do instead.
-    """
-    from envace_lite.config import ConfigError
-
-    m = cfg.model
-    if m.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--profile {cfg.profile}: model.device={m.device!r} needs a CUDA GPU "
-                          "and this machine has none: use an offline profile "
-                          f"({', '.join(OFFLINE_PROFILES)}), or --set model.device=cpu")
-    if m.kind != "hub" or m.checkpoint or Path(m.name).exists() or not _hub_offline():
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    if not isinstance(try_to_load_from_cache(m.name, "config.json"), str):
-        raise ConfigError(f"model.name={m.name!r} is not in the local Hugging Face cache and the "
-                          f"hub is offline (HF_HUB_OFFLINE): download it on a connected machine "
-                          f"(`hf download {m.name}`), point model.name at a local folder, or use "
-                          f"an offline profile ({', '.join(OFFLINE_PROFILES)})")
-
-
-def _hub_error(name: str, exc: BaseException) -> RuntimeError:
-    return RuntimeError(
-        f"could not load {name!r}: it is not in the local Hugging Face cache and the hub is "
-        f"offline or unreachable ({type(exc).__name__}). Download it on a connected machine "
-        f"(`hf download {name}`), or use an offline profile: {', '.join(OFFLINE_PROFILES)}."
-    )
-
-
-def _from_pretrained(loader: Any, name: str, **kwargs: Any) -> Any:
-    """``loader.from_pretrained(name)``: local cache first, then the hub unless offline."""
-    try:
-        return loader.from_pretrained(name, local_files_only=True, **kwargs)
-    except OSError as exc:
-        if Path(name).exists():  # a local folder: the hub cannot help
-            raise
-        if _hub_offline():
-            raise _hub_error(name, exc) from exc
-    try:
-        return loader.from_pretrained(name, **kwargs)
-    except OSError as exc:  # transformers wraps connection errors as OSError
-        raise _hub_error(name, exc) from exc
-
-
 # ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +285,7 @@ def load_tokenizer(cfg: Config) -> Any:
     from transformers import AutoTokenizer
     if m.kind == "gguf":
         return _prepare_tokenizer(AutoTokenizer.from_pretrained(smollm2_hf_dir()))
-    return _prepare_tokenizer(_from_pretrained(AutoTokenizer, m.name))
+    return _prepare_tokenizer(load_pretrained(AutoTokenizer, m.name))
 
 
 def _prepare_tokenizer(tok: Any) -> Any:
@@ -374,8 +318,8 @@ def _load_base(cfg: Config) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(m.dtype))
         tok = AutoTokenizer.from_pretrained(folder)
     else:
-        model = _from_pretrained(AutoModelForCausalLM, m.name, dtype=_dtype(m.dtype))
-        tok = _from_pretrained(AutoTokenizer, m.name)
+        model = load_pretrained(AutoModelForCausalLM, m.name, dtype=_dtype(m.dtype))
+        tok = load_pretrained(AutoTokenizer, m.name)
     log.info("loaded %s (%s) in %.1f s", m.name, m.kind, time.perf_counter() - start)
     return model, tok
 

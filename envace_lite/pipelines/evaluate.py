@@ -2,7 +2,7 @@
 
 ``evaluate`` runs one configuration (a policy, suites, a rehearsal mode and budget N, repeats,
 decoding) and returns one row per task and repeat. The episodes themselves run in
-``execute.run_committed`` (turn-synchronous batches; re-exported here with ``Episode``):
+``execute.run_committed`` (turn-synchronous batches, on ``episode.Episode`` states):
 without rehearsal that is the paper's Non-TTS evaluation, with it the §2.3 procedure
 (``rehearsal.py``). The aggregates and tables of those rows (Avg@k, Table 3, the usage table,
 the per-task table) are in ``tables.py``.
@@ -28,19 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_lite.testtime.execute import WriteGate, run_committed
+from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
+from envace_lite.testtime.gate import WriteGate
 from envace_lite.config import Config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import Generator
 from envace_lite.paths import append_jsonl, check_checkpoint, run_folder_lock
 from envace_lite.progress import get_logger
 from envace_lite.pipelines.run_records import (
-    MAX_EPISODE_RETRIES, MEMORY_DEFAULTS, PER_ROW_KEYS, check_out, config_differences, config_hash,
-    error_row, read_rows, result_config, row_key, save_config)
+    MAX_EPISODE_RETRIES, check_out, config_hash, error_row, read_rows, result_config, row_key)
 from envace_lite.pipelines.tables import is_error, sweep_point, write_summary
-from envace_lite.types import DECODING
-from envace_lite.types import REHEARSING_MODES as MODES
+from envace_lite.types import DECODING, REHEARSING_MODES
 
 log = get_logger(__name__)
 
@@ -342,7 +341,7 @@ def evaluate_suites(generator: Generator, tokenizer: Any, cfg: Config,
 # ---------------------------------------------------------------------------------------------
 
 def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 2, 3),
-                 modes: tuple[str, ...] = MODES, baseline: bool = True,
+                 modes: tuple[str, ...] = REHEARSING_MODES, baseline: bool = True,
                  **kwargs: Any) -> list[dict[str, Any]]:
     """Paper Fig. 6: evaluate every mode at every N (plus the Non-TTS baseline) in one call.
 
@@ -374,27 +373,12 @@ def budget_sweep(policy: Any, suite: str | list[str], ns: tuple[int, ...] = (1, 
 
 
 __all__ = [
-    "DECODING",
-    "Episode",
-    "MAX_EPISODE_RETRIES",
-    "MEMORY_DEFAULTS",
-    "PER_ROW_KEYS",
     "USER_SUITES",
     "Policy",
     "as_policy",
     "budget_sweep",
-    "check_out",
-    "config_differences",
-    "config_hash",
     "evaluate",
     "check_suites",
-    "error_row",
     "evaluate_suites",
-    "is_error",
     "policy_label",
-    "read_rows",
-    "result_config",
-    "row_key",
-    "run_committed",
-    "save_config",
 ]

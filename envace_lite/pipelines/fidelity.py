@@ -59,9 +59,8 @@ from envace_lite.config import Config, first_tasks
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import chat_ids, token_counter
 from envace_lite.pipelines.fidelity_metrics import (
-    BARE_ORDER_ID, DECISIVE_FIELDS, ERROR_KINDS, MIS_COPY_EDITS, MIS_COPY_MIN_CHARS, SLICES,
-    aggregate, decisive_match, decisive_report, drill_tier, edit_distance, error_kind,
-    error_kind_report, exact_match, fields, pair_metrics, prediction_report, seen_before, sliced)
+    DECISIVE_FIELDS, aggregate, decisive_match, drill_tier, error_kind, pair_metrics,
+    prediction_report, seen_before, sliced)
 from envace_lite.progress import get_logger
 from envace_lite.core.rollout import rehearsal_observation
 from envace_lite.types import DECODING, Observation, ToolCall
@@ -285,10 +284,10 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
         upper_bound: also run the grounded upper bound on train-split gold pairs, and the same
             pairs again with ``<unavailable>`` in place of the grounding, so that the difference
             is what REHEARSE takes from the real results in its prompt. It passes over the
-            tasks whose grounded REHEARSE rows the warm start trained on
-            (``cfg.study.world_rows``: ``world_rows.world_tasks``), so that it measures
-            the reuse of a reference, not the recall of a trained record.
-        out: a folder for ``fidelity.json`` and ``fidelity.png``.
+            tasks whose REHEARSE rows the warm start trained on beyond its SFT split
+            (``sft.extra_rehearse_tasks``: the drills study's ``study.world_rows``), so that it
+            measures the reuse of a reference, not the recall of a trained record.
+        out: a folder for ``fidelity.json`` (``write_report``).
 
     Returns:
         ``{"held_out": {"grounding": "none", "overall", "slices", "error_prediction"
@@ -308,9 +307,9 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
                      "slices": sliced(records), "error_prediction": prediction_report(records)},
         "grounded_upper_bound": None, "replay_mismatches": mismatches, "records": records}
     if upper_bound:
-        from envace_lite.core.world_rows import world_tasks
+        from envace_lite.pipelines.sft import extra_rehearse_tasks
 
-        seen = frozenset(t.id for t in world_tasks(cfg))
+        seen = frozenset(t.id for ts in extra_rehearse_tasks(cfg).values() for t in ts)
         train, _ = collect_pairs(suites, "train", limit, ("gold",), grounded=True, exclude=seen)
         bare = [replace(p, grounding=None) for p in train]
         rehearse_pairs(train, gen, tok, cfg)
@@ -328,48 +327,28 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
     return report
 
 
-def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """``out/fidelity.json`` and ``out/fidelity.png`` (``eval_figures.plot_fidelity``)."""
-    from envace_lite.course.eval_figures import plot_fidelity
+def write_report(report: dict[str, Any], out: Path) -> Path:
+    """``out/fidelity.json`` (the caller draws ``fidelity.png``: ``eval_figures.plot_fidelity``).
 
+    Returns:
+        The path of ``fidelity.json``.
+    """
     out.mkdir(parents=True, exist_ok=True)
     path = out / "fidelity.json"
     path.write_text(json.dumps(report, indent=1))
-    fig = plot_fidelity(report)
-    png = out / "fidelity.png"
-    fig.savefig(png, dpi=120)
-    return path, png
+    return path
 
 
 __all__ = [
-    "BARE_ORDER_ID",
-    "DECISIVE_FIELDS",
-    "ERROR_KINDS",
-    "MIS_COPY_EDITS",
-    "MIS_COPY_MIN_CHARS",
-    "SLICES",
     "SOURCES",
     "UPPER_BOUND_LABEL",
     "Pair",
-    "aggregate",
     "audit",
     "collect_pairs",
-    "decisive_match",
-    "decisive_report",
-    "drill_tier",
-    "edit_distance",
-    "error_kind",
-    "error_kind_report",
     "episode_events",
-    "exact_match",
-    "fields",
     "gold_events",
-    "pair_metrics",
-    "prediction_report",
     "record",
     "rehearse_pairs",
     "replay",
-    "seen_before",
-    "sliced",
     "write_report",
 ]

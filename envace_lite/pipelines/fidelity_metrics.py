@@ -177,7 +177,7 @@ def error_kind(call: ToolCall, seen: str) -> str:
     In order: ``invalid_arguments`` (the call's schema problems, ``ToolCall.violations``);
     ``missing_hash`` (an identifier value, ``gate.identifiers``, that is a bare tau2 order id,
     ``BARE_ORDER_ID``, or whose ``#``-prefixed form occurs in ``seen``); ``mis_copied`` (an
-    identifier value that ``selection.id_seen`` does not find in ``seen`` but within
+    identifier value that ``candidates.id_seen`` does not find in ``seen`` but within
     ``MIS_COPY_EDITS`` edits of one of its tokens, a leading ``#`` left out on both sides);
     ``unknown_id`` (absent and farther:
     invented); else ``none``. The kind describes the
@@ -188,7 +188,7 @@ def error_kind(call: ToolCall, seen: str) -> str:
         seen: the text it may copy from: the user messages and tool responses before it.
     """
     from envace_lite.testtime.gate import identifiers
-    from envace_lite.testtime.selection import id_seen
+    from envace_lite.testtime.candidates import id_seen
 
     if call.violations:
         return "invalid_arguments"

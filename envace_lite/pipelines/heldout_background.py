@@ -2,11 +2,14 @@
 
 ``learning_curve.run_experiment(background_heldout=True)`` hands the held-out checks before the
 last one to ``background_pool`` and reads intermediate checkpoints from ``snapshot`` copies in
-``SNAPSHOTS``, because training keeps only its last checkpoint.
+``SNAPSHOTS``, because training keeps only its last checkpoint. ``collect`` saves the points the
+background process finished (``collect_finished``: those that ended well, after an interruption)
+and deletes their copies.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +70,47 @@ def snapshot(checkpoint: Path, dest: Path) -> Path:
         "optimizer.pt", "scheduler.pt", "rng_state*", "training_args.bin"))
     tmp.rename(dest)
     return dest
+
+
+def collect(pending: dict[Any, Path | None], keep: Callable[[dict[str, Any]], None],
+            wait: bool) -> None:
+    """Save the background points that are done (all of them, waiting, when ``wait``).
+
+    Args:
+        pending: ``{future: snapshot copy or None}`` of the submitted held-out checks; the
+            collected ones are removed from it, and their copies deleted.
+        keep: saves one held-out point (``learning_curve``'s ``heldout.json``).
+        wait: wait for every pending check.
+
+    Raises:
+        Whatever a collected check raised in the background process.
+    """
+    import shutil
+
+    for fut in list(pending):
+        if wait or fut.done():
+            snap = pending.pop(fut)
+            keep(fut.result())
+            if snap is not None:
+                shutil.rmtree(snap, ignore_errors=True)
+
+
+def collect_finished(pending: dict[Any, Path | None],
+                     keep: Callable[[dict[str, Any]], None]) -> int:
+    """After an interruption: save the background points that ended well, as ``collect`` does;
+    leave the rest in ``pending`` (a rerun measures them).
+
+    Returns:
+        The number of points saved.
+    """
+    import shutil
+
+    n = 0
+    for fut in list(pending):
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            snap = pending.pop(fut)
+            keep(fut.result())
+            if snap is not None:
+                shutil.rmtree(snap, ignore_errors=True)
+            n += 1
+    return n

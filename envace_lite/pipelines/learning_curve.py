@@ -223,12 +223,12 @@ def run_experiment(config: Config, out: str | Path, *, warmstart_dir: str | Path
 
     Raises:
         ConfigError: a negative ``eval_limit`` or ``fidelity_limit``, an ``out`` made under a
-            config that changes results (``train.check_resume_config``; a longer ``grpo.steps``
+            config that changes results (``resume.check_resume_config``; a longer ``grpo.steps``
             may change), or an ``out`` trained or measured past ``grpo.steps`` (a shortened
             run), before anything runs; another live process holds ``out``'s lock.
     """
     from envace_lite.paths import run_folder_lock
-    from envace_lite.pipelines.train import RESUME_FREE, check_resume_config
+    from envace_lite.pipelines.resume import RESUME_FREE, check_resume_config
 
     cfg = copy.deepcopy(config)
     eval_limit = cfg.eval.limit if eval_limit is None else eval_limit
@@ -247,39 +247,6 @@ def _background_point(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """``heldout_point`` as the background process runs it: looked up there, by name, so that
     the call pickles whatever wraps ``heldout_point`` in this process."""
     return heldout_point(*args, **kwargs)
-
-
-def relocate(run_dir: Path, checkpoint: str) -> bool:
-    """Point a moved experiment's training record at its own warm start.
-
-    An experiment folder that was copied or moved holds, in ``train/config.json``, the absolute
-    path of its warm-start checkpoint at the old place; the training resume would refuse that as
-    another config. When the recorded path is gone, ends as ``checkpoint`` does, and
-    ``checkpoint`` is the folder's own (inside the experiment folder, ``run_dir``'s parent), it
-    is rewritten to ``checkpoint``, with a warning.
-
-    Returns:
-        True when the record was rewritten.
-    """
-    path = run_dir / "config.json"
-    if not path.exists():
-        return False
-    try:
-        recorded = json.loads(path.read_text())
-        old = recorded["model"]["checkpoint"]
-    except (ValueError, KeyError, TypeError):
-        return False  # the training resume check names what is wrong with it
-    mine = Path(checkpoint).resolve().is_relative_to(run_dir.parent.resolve())
-    if (not old or old == checkpoint or Path(old).exists() or not mine
-            or Path(old).parts[-2:] != Path(checkpoint).parts[-2:]):
-        return False  # an outside warm start (--warmstart DIR) is never rewritten
-    recorded["model"]["checkpoint"] = checkpoint
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(recorded, indent=2, sort_keys=True))
-    tmp.replace(path)
-    log.warning("%s: the experiment folder was moved; its training record now names the warm "
-                "start at %s (was %s)", run_dir, checkpoint, old)
-    return True
 
 
 def _run_experiment(cfg: Config, out: Path, warmstart_dir: str | Path | None, heldout_every: int,
@@ -304,8 +271,10 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
     """The warm start, held-out points and GRPO segments of ``_run_experiment``."""
     import shutil
 
-    from envace_lite.pipelines.sft import CHECKPOINT, warmstart
-    from envace_lite.pipelines.train import checkpoint_step, last_checkpoint, read_metrics, train
+    from envace_lite.pipelines.resume import CHECKPOINT
+    from envace_lite.pipelines.sft import warmstart
+    from envace_lite.pipelines.resume import checkpoint_step, last_checkpoint, relocate
+    from envace_lite.pipelines.train import read_metrics, train
 
     seed = cfg.run.seed
     times: dict[str, float] = {}
@@ -337,27 +306,6 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
         points.append(p)
         points.sort(key=_point_order)
         save()
-
-    def collect(wait: bool) -> None:
-        """Save the background points that are done (all of them, waiting, when ``wait``)."""
-        for fut in list(pending):
-            if wait or fut.done():
-                snap = pending.pop(fut)
-                keep(fut.result())
-                if snap is not None:
-                    shutil.rmtree(snap, ignore_errors=True)
-
-    def collect_finished() -> int:
-        """Save the background points that ended well; leave the rest (a rerun measures them)."""
-        n = 0
-        for fut in list(pending):
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                snap = pending.pop(fut)
-                keep(fut.result())
-                if snap is not None:
-                    shutil.rmtree(snap, ignore_errors=True)
-                n += 1
-        return n
 
     def point(checkpoint: str, stage: str, step: int, later: bool = False) -> None:
         if measured(stage, step):
@@ -409,18 +357,18 @@ def _run_segments(cfg: Config, out: Path, warmstart_dir: str | Path | None, held
             train(seg, run_dir)
             stage = "after_envace" if end == total else "step"
             t_eval = time.perf_counter()
-            collect(wait=end == total)  # the last point waits for the background ones
+            heldout_bg.collect(pending, keep, wait=end == total)  # the last waits for them
             point(str(run_dir / "checkpoints" / f"checkpoint-{end}"), stage, end,
                   later=end < total)
             times["heldout_during"] = times.get("heldout_during", 0.0) + round(
                 time.perf_counter() - t_eval, 1)
     except BaseException:  # Ctrl-C, a crash: keep the points the worker finished
-        kept = collect_finished()
+        kept = heldout_bg.collect_finished(pending, keep)
         if kept:
             log.warning("interrupted: kept %d held-out point(s) the background worker had "
                         "finished, in %s", kept, points_path)
         raise
-    collect(wait=True)
+    heldout_bg.collect(pending, keep, wait=True)
     with contextlib.suppress(OSError):  # empty once every copied checkpoint is measured
         (out / SNAPSHOTS).rmdir()
     times["train_and_checks"] = round(time.perf_counter() - t, 1)
@@ -473,14 +421,14 @@ def ship(out: str | Path, dest: str | Path, command: str, commit: str | None = N
 
     Copies ``train/metrics.jsonl``, ``heldout.json`` and ``summary.json`` (no checkpoints) and
     writes ``meta.json``: profile, seed, mode, steps, reward control, commit (``commit``, else
-    this checkout's ``helpers.git_commit()``), the command, the date and ``"source": "shipped"``.
+    this checkout's ``paths.git_commit()``), the command, the date and ``"source": "shipped"``.
 
     Raises:
         FileNotFoundError: ``out`` has no ``summary.json`` (the run did not finish).
     """
     import shutil
 
-    from envace_lite.course.helpers import git_commit
+    from envace_lite.paths import git_commit
 
     out, dest = Path(out), Path(dest)
     summary = json.loads((out / "summary.json").read_text())
@@ -489,7 +437,7 @@ def ship(out: str | Path, dest: str | Path, command: str, commit: str | None = N
     for name in ("heldout.json", "summary.json"):
         shutil.copy(out / name, dest / name)
     meta = {k: summary[k] for k in ("profile", "seed", "mode", "steps")}
-    meta["reward_control"] = summary.get("reward_control", "none")  # older summaries lack it
+    meta["reward_control"] = summary.get("reward_control", "none")  # absent: no control
     meta |= {"commit": commit or git_commit(), "command": command, "source": "shipped",
              "date": time.strftime("%Y-%m-%d"), "seconds": summary["seconds"]}
     (dest / "meta.json").write_text(json.dumps(meta, indent=1))

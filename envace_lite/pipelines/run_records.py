@@ -21,12 +21,10 @@ from envace_lite.progress import get_logger
 log = get_logger(__name__)
 
 
-MEMORY_DEFAULTS = {"rehearsal.memory_source": "policy", "rehearsal.memory_placement": "message",
+MEMORY_DEFAULTS = {"study.memory_source": "policy", "rehearsal.memory_placement": "message",
                    "rehearsal.strategy": "memory"}
 """The paper's memory: a rehearsal row's ``result_config`` records these keys only when they
-differ from these values. ``rehearsal.memory_source`` is the record's name of
-``study.memory_source`` (the drills study's lever), kept so that rows on disk keep their
-``config_hash``."""
+differ from these values (``study.memory_source`` is the drills study's lever)."""
 PER_ROW_KEYS = ("rehearsal.mode", "rehearsal.n", "rehearsal.policy", "rehearsal.strategy")
 """Result-relevant settings that may differ between the rows of one results folder (a budget
 sweep writes N = 1, 2, 3 of both modes into one; the selection controls share one with the
@@ -42,7 +40,7 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
     split, decoding, rendering and prompt/generation limits, the turn limit, the write gate,
     the sampling seed, and the rehearsal mode, N, rehearsing policy and, with rehearsal, its
     decoding, budgets and prompts, and the options beyond the paper (``study.memory_source``,
-    recorded as ``rehearsal.memory_source``, ``rehearsal.memory_placement`` and
+    ``rehearsal.memory_placement`` and
     ``rehearsal.strategy``, only when they differ from the paper's ``policy``, ``message`` and
     ``memory``). Not in it: the suite, task and repeat (a row's own key), ``eval.limit``
     and ``eval.repeats`` (how many rows, not what a row holds), progress bars and paths.
@@ -76,7 +74,7 @@ def result_config(cfg: Config, policy: str, rehearsal_policy: str, mode: str, n:
         # the memory options beyond the paper join the record only when set, so rows written
         # before they existed (the paper's memory) keep their hash; config_differences reads
         # an absent one as its default
-        out |= {k: v for k, v in (("rehearsal.memory_source", cfg.study.memory_source),
+        out |= {k: v for k, v in (("study.memory_source", cfg.study.memory_source),
                                   ("rehearsal.memory_placement", r.memory_placement),
                                   ("rehearsal.strategy", r.strategy))
                 if v != MEMORY_DEFAULTS[k]}

@@ -17,7 +17,8 @@ Usage::
 
     # then RL on the disjoint RL half, from the warm start:
     from envace_lite.config import get_config
-    from envace_lite.pipelines.sft import CHECKPOINT, warmstart
+    from envace_lite.pipelines.resume import CHECKPOINT
+    from envace_lite.pipelines.sft import warmstart
     from envace_lite.pipelines.train import train
     from envace_lite.core.task_split import training_tasks
     ws = warmstart(get_config("micro", {"run.seed": 0}))
@@ -39,20 +40,17 @@ from envace_lite.core.rows import padded_at_end_only
 from envace_lite.llm.generation import chat_ids
 from envace_lite.progress import get_logger, quiet_trainer
 from envace_lite.core.transcripts import (
+    RehearseExample,
     TranscriptSet,
     build_transcripts,
     encode_act,
     encode_rehearse,
 )
 from envace_lite.core.task_split import heldout_tasks, training_tasks
-from envace_lite.core.world_rows import world_examples, world_tasks
+from envace_lite.pipelines.resume import CHECKPOINT, check_warmstart_folder
 from envace_lite.types import Task
 
 log = get_logger(__name__)
-
-CHECKPOINT = "checkpoint"
-"""Run-dir subfolder of the warm-start policy (a full model + tokenizer; pass it as
-``model.checkpoint``)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,9 +288,13 @@ def register_extra_sft_tasks(name: str, build: ExtraTasks) -> None:
 
 
 def extra_act_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any) -> TranscriptSet:
-    """The ACT transcripts of every registered extra builder's tasks for ``tasks``."""
+    """The ACT transcripts of every registered extra builder's tasks for ``tasks`` (a plugin
+    whose config group ``cfg`` sets loaded first, ``plugins.load_plugins_for``)."""
     import copy as _copy
 
+    from envace_lite.plugins import load_plugins_for
+
+    load_plugins_for(cfg)
     extra = [t for build in EXTRA_SFT_TASKS.values() for t in build(tasks, cfg)]
     if not extra:
         return TranscriptSet()
@@ -302,54 +304,38 @@ def extra_act_transcripts(tasks: list[Task], cfg: Config, tokenizer: Any) -> Tra
     return TranscriptSet(act=ts.act, stats={"tasks": len(extra), "act": len(ts.act)})
 
 
-WARMSTART_FREE_GROUPS = ("eval", "rehearsal", "grpo")
-"""Groups a warm start never reads (``grpo.suites`` aside, which names its tasks): a rerun into a
-warm-start folder may change them."""
+ExtraRehearseTasks = Callable[[Config], list[Task]]
+"""``draw(cfg) -> tasks``: train tasks outside the SFT split whose REHEARSE rows join the warm
+start ([] when the plugin's lever is off; it reads its own setting in ``cfg``)."""
+
+ExtraRehearseRows = Callable[[list[Task], Config, Any], list[RehearseExample]]
+"""``rows(tasks, cfg, tokenizer) -> rows``: the REHEARSE rows of the drawn tasks."""
+
+EXTRA_REHEARSE_TASKS: dict[str, tuple[ExtraRehearseTasks, ExtraRehearseRows]] = {}
+"""Extra warm-start REHEARSE rows of other train tasks, by name (the key of their stats in the
+warm start's ``summary.json``), in registration order (a plugin's study levers)."""
 
 
-def check_warmstart_folder(run_dir: str | Path, cfg: Config) -> bool:
-    """Whether ``run_dir`` holds this warm start finished; refuse what it must not overwrite.
+def register_extra_rehearse_tasks(name: str, draw: ExtraRehearseTasks,
+                                  rows: ExtraRehearseRows) -> None:
+    """Register ``draw`` and ``rows``: every warm start adds ``rows(draw(cfg), cfg, tokenizer)``
+    after its budgeted rows (outside ``warmstart.token_budget``; no ACT rows), and the fidelity
+    audit's grounded upper bound passes over the drawn tasks (``extra_rehearse_tasks``)."""
+    EXTRA_REHEARSE_TASKS[name] = (draw, rows)
 
-    Returns:
-        True when the folder holds a finished warm start of the same config (its
-        ``summary.json`` and checkpoint): nothing is to be done. False for an absent or empty
-        folder, or an unfinished warm start of the same config (it is started again).
+
+def extra_rehearse_tasks(cfg: Config) -> dict[str, list[Task]]:
+    """``{name: drawn tasks}`` of every registered extra REHEARSE row source, a plugin whose
+    config group ``cfg`` sets loaded first (``plugins.load_plugins_for``); {} for a config of
+    the paper.
 
     Raises:
-        ConfigError: the folder holds another command's run (a ``train`` run's checkpoints or
-            metrics, an evaluation's rows, an experiment's points), or a warm start made under
-            a config that changes its result (each field named, as ``check_resume_config``).
+        ConfigError: a source's draw refuses ``cfg`` (e.g. more tasks than the RL split has).
     """
-    from envace_lite.config import ConfigError
-    from envace_lite.pipelines.resume import check_resume_config
+    from envace_lite.plugins import load_plugins_for
 
-    folder = Path(run_dir)
-    if not folder.is_dir():
-        return False
-    other = [f"{name}: {what}" for name, what in (
-        ("checkpoints", "a train run's checkpoints"), ("results.jsonl", "an evaluation's rows"),
-        ("warmstart", "an experiment's warm start")) if (folder / name).exists()]
-    summary = folder / "summary.json"
-    if not other and summary.exists():
-        try:
-            if "sft" not in json.loads(summary.read_text()):
-                other = ["summary.json: not a warm start's"]
-        except ValueError:
-            other = ["summary.json: not JSON"]
-    if not other and (folder / "metrics.jsonl").exists() and any(
-            '"step"' in line for line in (folder / "metrics.jsonl").read_text().splitlines()):
-        other = ["metrics.jsonl: a train run's steps"]
-    if other:
-        raise ConfigError(f"{folder} holds another command's run ({', '.join(other)}): a warm "
-                          "start would overwrite it; use a new --run-dir")
-    check_resume_config(folder, cfg, ("run.progress", "run.runs_root"), WARMSTART_FREE_GROUPS)
-    recorded = folder / "config.json"
-    if recorded.exists():
-        old = json.loads(recorded.read_text()).get("grpo", {}).get("suites")
-        if old is not None and list(old) != list(cfg.grpo.suites):
-            raise ConfigError(f"{folder} was made under another config (grpo.suites: {old!r} -> "
-                              f"{list(cfg.grpo.suites)!r}): use a new --run-dir")
-    return summary.exists() and (folder / CHECKPOINT / "config.json").exists()
+    load_plugins_for(cfg)
+    return {name: draw(cfg) for name, (draw, _) in EXTRA_REHEARSE_TASKS.items()}
 
 
 def warmstart(config: Config, run_dir: str | Path | None = None,
@@ -357,7 +343,8 @@ def warmstart(config: Config, run_dir: str | Path | None = None,
     """The warm-start stage: transcripts → (rates before) → SFT → checkpoint → (rates after).
 
     Writes ``config.json``, ``summary.json`` (transcript counts, row/token stats, the
-    ``study.world_rows`` rows' stats when set, SFT loss,
+    stats of each extra REHEARSE row source that drew tasks (``extra_rehearse_tasks``: the
+    drills study's ``world_rows``), SFT loss,
     held-out first-turn call rates before and after) and ``metrics.jsonl`` (SFT loss rows) into
     ``runs/warmstart/<profile>__s<seed>__<time>/``, and the policy into ``checkpoint/`` (with
 ``paths.CHECKPOINT_RECORD``: its profile, model and tokenizer). With
@@ -405,7 +392,7 @@ def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
     if not tasks:
         raise ValueError(f"profile {cfg.profile!r} has no warm-start tasks (warmstart.sft_share="
                          f"{cfg.warmstart.sft_share}): set warmstart.sft_share, e.g. 0.5")
-    world = world_tasks(cfg)  # before any model loads: a count out of range fails at once
+    drawn = extra_rehearse_tasks(cfg)  # before any model loads: a count out of range fails now
     model, tok = load_policy(cfg, train=True)  # micro: builds/loads the tokenizer from these
     ts = build_transcripts(tasks, cfg, tok)
     extra = extra_act_transcripts(tasks, cfg, tok)  # beyond the paper: a plugin's ACT rows
@@ -417,11 +404,14 @@ def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
     check_rows(row_stats)
     summary.update(transcripts=ts.stats, rows=row_stats,
                    rl_tasks=len(training_tasks(cfg, "rl")))
-    if world:  # beyond the paper: grounded REHEARSE rows of RL-split tasks, after the gold's
-        extra, extra_stats = sft_rows(TranscriptSet(rehearse=world_examples(world, cfg, tok)), tok,
+    for name, others in drawn.items():  # beyond the paper: a plugin's rows, after the gold's
+        if not others:
+            continue
+        more = EXTRA_REHEARSE_TASKS[name][1](others, cfg, tok)
+        extra, extra_stats = sft_rows(TranscriptSet(rehearse=more), tok,
                                       w.max_length, 0, cfg.run.seed)
         rows += extra
-        summary["world_rows"] = {"tasks": len(world), **extra_stats}
+        summary[name] = {"tasks": len(others), **extra_stats}
     heldout = heldout_tasks(cfg, cfg.warmstart.eval_first_turns) if measure else []
     if heldout:
         summary["first_turn_before"] = first_turn_call_rates(model, tok, heldout, cfg)
@@ -442,8 +432,9 @@ def _warmstart(cfg: Config, run_dir: Path, measure: bool) -> Path:
     return run_dir
 
 
-__all__ = ["CHECKPOINT", "EXTRA_SFT_TASKS", "WARMSTART_FREE_GROUPS", "extra_act_transcripts",
+__all__ = ["EXTRA_REHEARSE_TASKS", "EXTRA_SFT_TASKS",
+           "extra_act_transcripts", "extra_rehearse_tasks", "register_extra_rehearse_tasks",
            "register_extra_sft_tasks", "causal_attention", "check_rows",
-           "check_warmstart_folder", "first_turn_call_rates",
+           "first_turn_call_rates",
            "run_sft", "save_checkpoint",
            "sft_rows", "warmstart"]

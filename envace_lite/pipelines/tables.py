@@ -20,7 +20,7 @@ counted apart (``errors``), and the tables show that count.
 
 Usage::
 
-    from envace_lite.pipelines.evaluate import read_rows
+    from envace_lite.pipelines.run_records import read_rows
     from envace_lite.pipelines.tables import summarize_runs, table3
     print(table3(summarize_runs(read_rows("runs/eval/par2/results.jsonl"))))
 """

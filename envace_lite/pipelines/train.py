@@ -17,7 +17,7 @@ config that changes results is refused before anything is written (``check_resum
 longer ``grpo.steps`` is allowed), and a second writer is refused by the lock. Incomplete
 checkpoint folders and metrics rows past that step (written before a kill landed; a torn last row
 too) are removed first, so rows 1..N appear once each. The checkpoint lookup and the config check
-are in ``resume.py`` (re-exported here). SIGTERM stops gracefully: the current step finishes, a
+are in ``resume.py``. SIGTERM stops gracefully: the current step finishes, a
 checkpoint is written and the process exits with status 143; the log names the CLI command that
 resumes it (``resume_hint``).
 With the LLM judge, one probe call precedes training, and a judge that keeps failing stops the
@@ -56,11 +56,8 @@ from envace_lite.paths import (
 )
 from envace_lite.pipelines.resume import (
     CHECKPOINTS,
-    RESUME_FREE,  # noqa: F401 (re-exported)
-    RESUME_FREE_GROUPS,  # noqa: F401 (re-exported)
     check_resume_config,
     checkpoint_step,
-    config_drift,  # noqa: F401 (re-exported)
     last_checkpoint,
     resume_hint,
 )
@@ -314,7 +311,7 @@ def _sigterm_stops(stopper: _StopOnRequest) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 def load_train_tasks(cfg: Config) -> list[Any]:
     """The RL tasks: the train split of every suite in ``grpo.suites`` less the warm-start (SFT)
-    share (``transcripts.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every
+    share (``task_split.training_tasks(cfg, "rl")``; ``warmstart.sft_share=0`` keeps every
     task), so SFT and RL never train on the same task."""
     from envace_lite.core.task_split import training_tasks
 

@@ -313,7 +313,7 @@ feedback and avoid its mistakes.]
 """Sequential mode: the user-role message after the current request in attempt n's ACT prompt."""
 
 CALLS_MEMORY_HEADER = "Calls that worked in rehearsal:"
-"""The first line of the rule-built memory (``rehearsal.calls_memory``,
+"""The first line of the rule-built memory (``drills.calls_memory.calls_memory``,
 ``study.memory_source="calls"``; beyond the paper)."""
 
 MEMORY_MESSAGE = """[Private rehearsal memory, written by you before acting for real. Its tool \
@@ -350,7 +350,7 @@ def render_attempt(steps: list[tuple[str, list[str]]], stop_reason: str,
 
     Args:
         steps: per ACT output, ``(its text, [imagined observation contents])``.
-        stop_reason: why the attempt ended (``rollout.Trajectory.stop_reason``).
+        stop_reason: why the attempt ended (``types.Trajectory.stop_reason``).
         max_chars: the whole transcript is cut (head and tail kept) to about this many characters.
     """
     lines = []

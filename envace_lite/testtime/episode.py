@@ -14,7 +14,7 @@ from typing import Any
 from envace_lite.testtime.gate import WriteGate
 from envace_lite.testtime.rehearsal import TurnRehearsal
 from envace_lite.testtime.selection import TurnSelection
-from envace_lite.envs import Env
+from envace_lite.envs.base import Env
 from envace_lite.llm.generation import Completion
 
 @dataclass

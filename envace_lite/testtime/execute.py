@@ -25,8 +25,9 @@ hook) instead of generating one.
 
 Usage::
 
-    from envace_lite.testtime.execute import WriteGate, run_committed
+    from envace_lite.testtime.execute import run_committed
     from envace_lite.testtime.episode import Episode
+    from envace_lite.testtime.gate import WriteGate
     env = make_env("tau2-retail-ticket", "17")
     msgs = env.reset()
     rows = run_committed(gen, tok, [Episode(env.suite, "17", 0, env, msgs, gate=WriteGate(msgs))],
@@ -43,11 +44,11 @@ from envace_lite.protocol import prompts
 from envace_lite.config import Config
 from envace_lite.core.engine import ActHooks, ActState, chat_glue, next_prompt, run_turns
 from envace_lite.testtime.episode import Episode, call_log
-from envace_lite.testtime.gate import IDENTIFIER_KEY, WriteGate, identifiers
 from envace_lite.llm.generation import Completion, Generator, chat_ids
 from envace_lite.progress import get_logger, progress
 from envace_lite.testtime.rehearsal import RehearsalExecuted, rehearse_turns
-from envace_lite.testtime.selection import SELECTING, STRATEGIES, TurnSelection, select_turns
+from envace_lite.testtime.candidates import SELECTING
+from envace_lite.testtime.selection import STRATEGIES, TurnSelection, select_turns
 from envace_lite.testtime.turn_records import apply_rehearsal, apply_selection
 from envace_lite.types import DECODING, Observation, RehearsalMode, ToolCall, rehearsal_mode
 
@@ -415,11 +416,6 @@ def run_committed(generator: Generator, tokenizer: Any, episodes: list[Episode],
 
 
 __all__ = [
-    "IDENTIFIER_KEY",
-    "WriteGate",
     "act_prompt",
-    "apply_rehearsal",
-    "apply_selection",
-    "identifiers",
     "run_committed",
 ]

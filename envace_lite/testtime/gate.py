@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from envace_lite import protocol
-from envace_lite.envs import Env
+from envace_lite.envs.base import Env
 from envace_lite.types import Observation, ToolCall
 
 IDENTIFIER_KEY = re.compile(r"(?:^|_)(?:id|ids|token|number|symbol)$|[a-z0-9](?:Id|Ids|ID|Token)$")

@@ -40,11 +40,13 @@ change raises.
 - a memory over ``memory_max_tokens`` tokens is cut to its first ``memory_max_tokens`` tokens
   (``truncated_memories``).
 
-**Options beyond the paper** (docs/rehearsal.md, "A memory closer to the ACT history"):
-``study.memory_source="calls"`` builds m_x by rule from the best attempt's own ACT outputs
-(``calls_memory``) instead of the MEMORY prompt; ``rehearsal.memory_placement="ticket"``
-appends m_x to the request's own user message instead of a message of its own
-(``execute.apply_rehearsal``).
+**Options beyond the paper** (docs/rehearsal.md, "A memory closer to the ACT history"): m_x
+is written by the memory writer the config chooses (``register_memory_writer``,
+``chosen_memory_writer``): the paper's ``policy`` (``policy_memories``) unless a plugin's lever
+chooses another (the drills study's ``study.memory_source="calls"`` builds m_x by rule from the
+best attempt's own ACT outputs, ``drills/calls_memory.py``); ``rehearsal.memory_placement=
+"ticket"`` appends m_x to the request's own user message instead of a message of its own
+(``turn_records.apply_rehearsal``).
 
 Usage::
 
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -267,8 +270,8 @@ def rehearse_turns(episodes: list[EpisodeView], gen: Generator, tokenizer: Any, 
     """Rehearse the current user turn of every episode, batched across episodes.
 
     Reads the episodes and changes nothing in them: the caller applies each record
-    (``execute.apply_rehearsal`` inserts m_x, unless empty, where ``rehearsal.memory_placement``
-    says, and adds the counters).
+    (``turn_records.apply_rehearsal`` inserts m_x, unless empty, where
+    ``rehearsal.memory_placement`` says, and adds the counters).
 
     Args:
         episodes: live episodes that just received a new user message.
@@ -292,13 +295,14 @@ def rehearse_turns(episodes: list[EpisodeView], gen: Generator, tokenizer: Any, 
     sampling = (rcfg.rollout.temperature, rcfg.rollout.top_p)
     recs = [TurnRehearsal(ep.user_turns - 1, mode) for ep in episodes]
     rendering = cfg.rollout.rendering
-    if mode == "parallel":
+    if mode == "parallel":  # private rehearsal (§2.3): N imagined attempts, no real call
+        # REHEARSE: ô_t, inside N imagined rollouts; h_{t+1} = h_t ⊕ (a_t, ô_t)
         trajs = rollout([imagined_task(ep, rendering) for ep in episodes], gen, tokenizer, rcfg,
                         k=n, mode="rehearse")
         for i, rec in enumerate(recs):
             rec.attempts = [_attempt(j + 1, trajs[i * n + j]) for j in range(n)]
         _write_feedback([(ep, a) for ep, rec in zip(episodes, recs) for a in rec.attempts],
-                        gen, tokenizer, cfg, sampling)
+                        gen, tokenizer, cfg, sampling)  # FEEDBACK f
     else:
         for j in range(n):
             tasks = []
@@ -309,12 +313,13 @@ def rehearse_turns(episodes: list[EpisodeView], gen: Generator, tokenizer: Any, 
                 chars = _fit_context_chars(ep, rec.attempts, tokenizer, cfg)
                 tasks.append(imagined_task(
                     ep, rendering, prompts.sequential_context_message(_blocks(rec.attempts, chars))))
+            # REHEARSE: ô_t, attempt j+1 sees attempts 1..j; h_{t+1} = h_t ⊕ (a_t, ô_t)
             trajs = rollout(tasks, gen, tokenizer, rcfg, k=1, mode="rehearse")
             for rec, t in zip(recs, trajs):
                 rec.attempts.append(_attempt(j + 1, t))
             _write_feedback([(ep, rec.attempts[-1]) for ep, rec in zip(episodes, recs)],
-                            gen, tokenizer, cfg, sampling)
-    _write_memories(episodes, recs, gen, tokenizer, cfg, sampling)
+                            gen, tokenizer, cfg, sampling)  # FEEDBACK f
+    _write_memories(episodes, recs, gen, tokenizer, cfg, sampling)  # the memory m_x
     seconds = time.perf_counter() - started
     for ep, rec, b in zip(episodes, recs, before):
         rec.real_calls = (ep.env.real_calls - b) + sum(a.trajectory.real_calls
@@ -340,63 +345,74 @@ def _fit_context_chars(ep: EpisodeView, attempts: list[Attempt], tokenizer: Any,
         chars = max(MIN_ATTEMPT_CHARS, chars // 2)
 
 
-def calls_memory(attempts: list[Attempt], tokenizer: Any, max_tokens: int) -> Memory:
-    """m_x built by rule from the attempts' own ACT outputs (``study.memory_source="calls"``).
+MemoryWriter = Callable[[list[EpisodeView], list[TurnRehearsal], Generator, Any, Config,
+                         tuple[float, float]], None]
+"""``write(episodes, recs, gen, tokenizer, cfg, sampling)``: sets ``rec.memory`` (m_x) and
+``rec.memory_output_tokens`` of every record, one per episode, after its attempts and feedback
+(``sampling``: the rehearsal's temperature and top-p)."""
 
-    Beyond the paper (§2.3 has the policy write m_x from a MEMORY prompt): a small policy that
-    never trained on the MEMORY prompt writes fragments, so this memory is made of text the
-    policy itself wrote in its ACT history. An ACT output *worked* when it made at least one call
-    and no imagined observation of its calls is an error. The best attempt is the one with the
-    most working outputs, then the fewest imagined errors, then the earliest. Its working outputs
-    are kept verbatim, one per line, after ``prompts.CALLS_MEMORY_HEADER``; final answers are
-    left out (their facts are imagined). Over ``max_tokens``, whole lines are dropped from the
-    end; a single line still over it is cut (``Memory.truncated``).
+MemoryChoice = Callable[[Config], bool]
+"""``chosen(cfg) -> bool``: whether a run config asks for a registered memory writer (the plugin
+that registers the writer reads its own setting)."""
 
-    Args:
-        attempts: the N attempts of one user turn (N >= 0).
-        tokenizer: counts (and cuts) the memory's tokens.
-        max_tokens: the memory's token budget (``rehearsal.memory_max_tokens``).
+PAPER_MEMORY_SOURCE = "policy"
+"""The memory source of the paper (§2.3): the policy writes m_x from the MEMORY prompt."""
 
-    Returns:
-        The ``Memory``; empty (so no memory is inserted) when no attempt has a working output.
+_MEMORY_WRITERS: dict[str, MemoryWriter] = {}
+_MEMORY_CHOICES: dict[str, MemoryChoice] = {}
+
+
+def register_memory_writer(name: str, write: MemoryWriter,
+                           chosen: MemoryChoice | None = None) -> None:
+    """Serve the memory source ``name`` with ``write`` (``policy``, the paper's, is registered
+    here; a plugin registers its own on import, ``plugins.py``). ``chosen(cfg)`` says whether a
+    run config asks for it instead of the paper's (``chosen_memory_writer``); without it the
+    writer is served by name only (``memory_writer``)."""
+    _MEMORY_WRITERS[name] = write
+    if chosen is not None:
+        _MEMORY_CHOICES[name] = chosen
+
+
+def memory_writer(name: str) -> MemoryWriter:
+    """The writer registered for the memory source ``name``, loading the plugins first when it
+    is not registered yet.
+
+    Raises:
+        KeyError: a name that neither this module nor a plugin registers.
     """
-    def working(a: Attempt) -> list[str]:
-        by_turn: dict[int, list[bool]] = {}
-        for st in a.trajectory.steps:
-            by_turn.setdefault(st.turn, []).append(st.observation.error)
-        acts = [o for o in a.trajectory.outputs if o.role == "act"]
-        return [acts[turn].text.strip() for turn, errs in sorted(by_turn.items())
-                if turn < len(acts) and not any(errs) and acts[turn].text.strip()]
+    if name not in _MEMORY_WRITERS:
+        from envace_lite.plugins import load_plugins
 
-    ranked = [(-len(w), sum(st.observation.error for st in a.trajectory.steps), a.index, w)
-              for a in attempts for w in [working(a)]]
-    lines = min(ranked)[3] if ranked else []
-    if not lines:
-        return Memory("", "", 0, parsed=True, empty=True)
+        load_plugins()
+    if name not in _MEMORY_WRITERS:
+        raise KeyError(f"unknown memory source {name!r}: choose one of {sorted(_MEMORY_WRITERS)}")
+    return _MEMORY_WRITERS[name]
 
-    def count(ls: list[str]) -> int:
-        return len(tokenizer.encode("\n".join([prompts.CALLS_MEMORY_HEADER, *ls]),
-                                    add_special_tokens=False))
 
-    kept = list(lines)
-    while len(kept) > 1 and count(kept) > max_tokens:
-        kept.pop()
-    text = "\n".join([prompts.CALLS_MEMORY_HEADER, *kept])
-    mem = parse_memory(f"{prompts.MEMORY_OPEN}{text}{prompts.MEMORY_CLOSE}", tokenizer, max_tokens)
-    mem.truncated = mem.truncated or len(kept) < len(lines)
-    return mem
+def chosen_memory_writer(cfg: Config) -> tuple[str, MemoryWriter]:
+    """``(name, writer)`` of the memory source ``cfg`` asks for: the first registered writer
+    whose ``chosen(cfg)`` holds, else the paper's ``policy``. A plugin whose config group ``cfg``
+    sets is loaded first (``plugins.load_plugins_for``)."""
+    from envace_lite.plugins import load_plugins_for
+
+    load_plugins_for(cfg)
+    name = next((n for n, chosen in _MEMORY_CHOICES.items() if chosen(cfg)),
+                PAPER_MEMORY_SOURCE)
+    return name, _MEMORY_WRITERS[name]
 
 
 def _write_memories(episodes: list[EpisodeView], recs: list[TurnRehearsal], gen: Generator,
                     tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
-    """Sets ``rec.memory``: one MEMORY generate call for every episode, or the rule-built
-    ``calls_memory`` when ``study.memory_source`` is ``calls``."""
+    """Sets ``rec.memory`` with the memory writer ``cfg`` asks for (``chosen_memory_writer``):
+    the paper's ``policy_memories`` unless a plugin's lever chooses another."""
+    chosen_memory_writer(cfg)[1](episodes, recs, gen, tokenizer, cfg, sampling)
+
+
+def policy_memories(episodes: list[EpisodeView], recs: list[TurnRehearsal], gen: Generator,
+                    tokenizer: Any, cfg: Config, sampling: tuple[float, float]) -> None:
+    """The paper's m_x (§2.3, memory source ``policy``): one MEMORY generate call for every
+    episode, parsed and cut to ``rehearsal.memory_max_tokens`` (``parse_memory``)."""
     rc, budget = cfg.rehearsal, cfg.rollout.max_prompt_tokens
-    if cfg.study.memory_source == "calls":  # the drills study's lever
-        for rec in recs:
-            rec.memory, rec.memory_output_tokens = (
-                calls_memory(rec.attempts, tokenizer, rc.memory_max_tokens), 0)
-        return
     prompt_ids = []
     for ep, rec in zip(episodes, recs):
         history = _plain(ep)
@@ -413,13 +429,22 @@ def _write_memories(episodes: list[EpisodeView], recs: list[TurnRehearsal], gen:
         rec.memory_output_tokens = len(out.ids)
 
 
+register_memory_writer(PAPER_MEMORY_SOURCE, policy_memories)
+
+
 __all__ = [
     "Attempt",
     "EpisodeView",
+    "MemoryChoice",
+    "MemoryWriter",
+    "PAPER_MEMORY_SOURCE",
     "RehearsalExecuted",
     "TurnRehearsal",
-    "calls_memory",
+    "chosen_memory_writer",
     "imagined_task",
+    "memory_writer",
+    "policy_memories",
+    "register_memory_writer",
     "rehearsal_config",
     "rehearse_turns",
 ]

@@ -48,20 +48,13 @@ from typing import Any
 
 from envace_lite.config import Config
 from envace_lite.testtime.candidates import (
-    PREDICTION_RANK,
     SELECTING,
-    TEXT_REPLY,
     Candidate,
     accepted,
     choose,
-    count_agreement,
-    id_seen,
     score_attempt,
     score_output,
     seen_text,
-    selection_key,
-    signature,
-    unseen_ids,
 )
 from envace_lite.core.engine import chat_glue, ids_with_stop
 from envace_lite.testtime.rehearsal import EpisodeView, RehearsalExecuted, imagined_task, rehearsal_config
@@ -211,7 +204,7 @@ def select_turns(episodes: list[EpisodeView], generator: Generator, tokenizer: A
     """Select the first committed ACT output of the current user turn of every episode.
 
     Reads the episodes and changes nothing in them: the caller applies each record
-    (``execute.apply_selection`` sets the preset output and adds the counters).
+    (``turn_records.apply_selection`` sets the preset output and adds the counters).
 
     Args:
         episodes: live episodes that just received a new user message.
@@ -294,22 +287,8 @@ def select_turns(episodes: list[EpisodeView], generator: Generator, tokenizer: A
 
 
 __all__ = [
-    "PREDICTION_RANK",
-    "SELECTING",
     "STRATEGIES",
-    "TEXT_REPLY",
-    "Candidate",
     "TurnSelection",
-    "accepted",
     "as_completion",
-    "choose",
-    "id_seen",
-    "count_agreement",
-    "score_attempt",
-    "score_output",
-    "seen_text",
     "select_turns",
-    "selection_key",
-    "signature",
-    "unseen_ids",
 ]

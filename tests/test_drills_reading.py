@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from envace_lite.cli import app
+from envace_lite.cli.main import app
 from envace_lite.drills.reading import read_rows, reading_metrics
 
 V2 = "tau2-retail-drills-v2"

@@ -33,8 +33,8 @@ def test_sweep_pairs_each_rehearsal_run_with_n0(tmp_path):
     assert b["vs_n0"]["diff"] == 0.0 and b["failed_real_calls_change"] == 0.0
     assert (r["rehearsal"], r["n"], r["tasks"]) == ("parallel", 2, 4)
     assert (r["memory_source"], r["memory_placement"]) == ("policy", "message")  # no config.json
-    (reh / "config.json").write_text(json.dumps({"rehearsal": {"memory_source": "calls",
-                                                               "memory_placement": "ticket"}}))
+    (reh / "config.json").write_text(json.dumps({"study": {"memory_source": "calls"},
+                                                 "rehearsal": {"memory_placement": "ticket"}}))
     assert sweep(base, [reh])["parallel_n2"]["memory_source"] == "calls"
     assert r["success"] == r["success_ci"]["mean"] == 0.5 and r["vs_n0"]["diff"] == 0.0  # (0 + 1 + 0 - 1) / 4
     assert b["failed_real_calls_per_episode"] == 0.75 and r["failed_real_calls_per_episode"] == 0.25
@@ -189,7 +189,7 @@ def test_sweep_refuses_a_folder_of_several_configurations(tmp_path):
     calls = _rows(tmp_path / "calls", [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], "parallel", 2)
     rows = [json.loads(x) for x in (calls / "results.jsonl").read_text().splitlines()]
     for r in rows:
-        r["result_config"] = {"rehearsal.memory_source": "calls"}
+        r["result_config"] = {"study.memory_source": "calls"}
     (calls / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = sweep(base, [calls])["calls"]
     assert (got["memory_source"], got["memory_placement"]) == ("calls", "message")

@@ -16,7 +16,7 @@ from envace_lite.config import ConfigError, get_config
 from envace_lite.envs import list_tasks
 from envace_lite.pipelines.learning_curve import (_segments, run_experiment, settle_points, ship, summarize_seeds,
                                     window_means)
-from envace_lite.core.transcripts import training_tasks
+from envace_lite.core.task_split import training_tasks
 
 
 def test_window_means_by_hand():
@@ -96,7 +96,7 @@ def test_smoke_experiment_end_to_end_and_resume(tmp_path):
 
 def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_steps(tmp_path,
                                                                                   monkeypatch):
-    import envace_lite.pipelines.learning_curve as experiment
+    from envace_lite.pipelines import learning_curve
     import envace_lite.pipelines.train as train_mod
 
     measured = []
@@ -105,7 +105,7 @@ def test_extending_a_run_relabels_its_old_final_point_and_measures_only_new_step
         measured.append((stage, step, Path(checkpoint).name))
         return {"stage": stage, "step": step, "committed_reward": step / 100}
 
-    monkeypatch.setattr(experiment, "heldout_point", fake_point)
+    monkeypatch.setattr(learning_curve, "heldout_point", fake_point)
     monkeypatch.setattr(train_mod, "train", lambda cfg, run_dir: None)
     monkeypatch.setattr(train_mod, "read_metrics", lambda run_dir: [])
     cfg = get_config("smoke", {"grpo.steps": 4})
@@ -131,13 +131,14 @@ def _fake_runs(monkeypatch, measured):
     and a held-out check that needs its checkpoint on disk."""
     import shutil
 
-    import envace_lite.pipelines.learning_curve as experiment
+    from envace_lite.pipelines import learning_curve
     import envace_lite.pipelines.train as train_mod
+    from envace_lite.pipelines.resume import CHECKPOINTS, checkpoint_step, last_checkpoint
 
     def fake_train(cfg, run_dir):
-        folder = Path(run_dir) / train_mod.CHECKPOINTS
-        last = train_mod.last_checkpoint(run_dir)
-        if last is not None and train_mod.checkpoint_step(last) >= cfg.grpo.steps:
+        folder = Path(run_dir) / CHECKPOINTS
+        last = last_checkpoint(run_dir)
+        if last is not None and checkpoint_step(last) >= cfg.grpo.steps:
             return  # already trained that far: nothing to do
         new = folder / f"checkpoint-{cfg.grpo.steps}"
         new.mkdir(parents=True)
@@ -150,7 +151,7 @@ def _fake_runs(monkeypatch, measured):
         measured.append((stage, step))
         return {"stage": stage, "step": step, "committed_reward": step / 100}
 
-    monkeypatch.setattr(experiment, "heldout_point", fake_point)
+    monkeypatch.setattr(learning_curve, "heldout_point", fake_point)
     monkeypatch.setattr(train_mod, "train", fake_train)
     monkeypatch.setattr(train_mod, "read_metrics", lambda run_dir: [])
 
@@ -245,7 +246,6 @@ def test_background_heldout_measures_every_point_on_a_copy_and_resumes_from_a_le
     from concurrent.futures import ThreadPoolExecutor
 
     import envace_lite.pipelines.heldout_background as heldout_bg
-    import envace_lite.pipelines.learning_curve as experiment
 
     measured = []
     _fake_runs(monkeypatch, measured)
@@ -259,19 +259,19 @@ def test_background_heldout_measures_every_point_on_a_copy_and_resumes_from_a_le
     assert [(p["stage"], p["step"]) for p in bg["points"]] == [
         ("after_sft", 0), ("step", 2), ("step", 4), ("after_envace", 6)]
     assert sorted(measured) == [("after_envace", 6), ("after_sft", 0), ("step", 2), ("step", 4)]
-    assert not (tmp_path / "bg" / experiment.SNAPSHOTS).exists()
+    assert not (tmp_path / "bg" / heldout_bg.SNAPSHOTS).exists()
     assert bg["background_heldout"] is True and serial["background_heldout"] is False
     # an interrupted run: the step-4 point never saved, its copy left on disk
     held = json.loads((tmp_path / "bg" / "heldout.json").read_text())
     held["points"] = [p for p in held["points"] if p["step"] != 4]
     (tmp_path / "bg" / "heldout.json").write_text(json.dumps(held))
-    left = tmp_path / "bg" / experiment.SNAPSHOTS / "checkpoint-4"
+    left = tmp_path / "bg" / heldout_bg.SNAPSHOTS / "checkpoint-4"
     left.mkdir(parents=True)
     measured.clear()
     again = run_experiment(get_config("smoke", {"grpo.steps": 6}), tmp_path / "bg",
                            background_heldout=True, **kw)
     assert measured == [("step", 4)] and again["points"] == serial["points"]
-    assert not (tmp_path / "bg" / experiment.SNAPSHOTS).exists()
+    assert not (tmp_path / "bg" / heldout_bg.SNAPSHOTS).exists()
 
 
 def test_snapshot_copies_weights_not_optimizer_state_and_keeps_a_whole_copy(tmp_path):
@@ -296,7 +296,6 @@ def test_a_sigint_keeps_the_points_the_background_worker_finished(tmp_path, monk
     keeps it in heldout.json (it was dropped with the worker's queue) and removes its copy."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import envace_lite.pipelines.learning_curve as experiment
     import envace_lite.pipelines.train as train_mod
     from envace_lite.pipelines import heldout_background
 
@@ -320,7 +319,7 @@ def test_a_sigint_keeps_the_points_the_background_worker_finished(tmp_path, monk
                        before_sft=False, background_heldout=True)
     saved = json.loads((tmp_path / "run" / "heldout.json").read_text())["points"]
     assert [(p["stage"], p["step"]) for p in saved] == [("after_sft", 0), ("step", 2)]
-    assert not (tmp_path / "run" / experiment.SNAPSHOTS / "checkpoint-2").exists()
+    assert not (tmp_path / "run" / heldout_background.SNAPSHOTS / "checkpoint-2").exists()
 
 
 def test_the_background_worker_dies_with_its_leader(tmp_path):
@@ -356,8 +355,7 @@ def test_the_background_worker_dies_with_its_leader(tmp_path):
 def test_a_moved_experiment_folder_points_its_training_record_at_its_own_warm_start(tmp_path):
     """A copied folder's train/config.json named the old folder's warm start, and the
     training resume refused it as another config; relocate rewrites only that case."""
-    from envace_lite.pipelines.learning_curve import relocate
-    from envace_lite.pipelines.resume import check_resume_config
+    from envace_lite.pipelines.resume import check_resume_config, relocate
 
     new = tmp_path / "copy"
     train_dir = new / "train"

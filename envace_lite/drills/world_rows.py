@@ -1,10 +1,17 @@
-"""World rows in the warm start (``study.world_rows``; beyond the paper): grounded REHEARSE
-rows of RL-split train tasks join the SFT rows, to teach REHEARSE to reuse a matching reference
-result (``docs/design.md``).
+"""World rows add to the paper's warm start the grounded REHEARSE rows of RL-split train tasks
+(``study.world_rows``; beyond the paper), to teach REHEARSE to reuse a matching reference result
+(``docs/design.md``).
+
+The paper's warm start trains on the SFT split only; these rows come from tasks that RL trains
+on, with loss on the observation only, so ACT never trains on those tasks' gold calls.
+``drills/__init__.py`` registers ``world_tasks`` and ``world_examples`` as the extra warm-start
+REHEARSE rows ``world_rows`` with ``pipelines.sft.register_extra_rehearse_tasks``; the warm
+start adds them after its budgeted rows, and the fidelity audit's grounded upper bound passes
+over their tasks (``sft.extra_rehearse_tasks``).
 
 Usage::
 
-    from envace_lite.core.world_rows import world_examples, world_tasks
+    from envace_lite.drills.world_rows import world_examples, world_tasks
     rows = world_examples(world_tasks(cfg), cfg, tokenizer)
 """
 from __future__ import annotations

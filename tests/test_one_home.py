@@ -1,0 +1,305 @@
+"""One home per name: every name of ``envace_lite`` is imported from the module that defines it.
+
+A module *defines* a name when it binds it at module level (``def``, ``class``, an assignment,
+also under a module-level ``if``/``try``/``with``), or imports it from outside the package. A
+module *re-exports* a name when it imports it from another ``envace_lite`` module and then lists
+it in ``__all__``, or when some caller gets it through that module. The test walks every module
+of the package with ``ast`` and fails when
+
+- a module lists in ``__all__`` a name that it imports from another ``envace_lite`` module;
+- a module of the package, a test, a benchmark, a ``scaled/`` script, a ``notebooks/`` script or
+  the code cells of ``notebooks/*.ipynb`` imports a name (``from M import name``, at any depth)
+  from a module ``M`` that only imports it, or reads it as an attribute of ``M`` (``m.name``
+  after ``import M as m`` / ``from pkg import m``; patching ``m.name``, by assignment or
+  ``setattr(m, "name", ...)``, replaces ``M``'s own binding and is allowed).
+
+Exception: the ``__init__.py`` of a sub-package (``envace_lite/envs``, ``cli``, ``protocol``...)
+may re-export its own sub-package's names (``protocol`` is the facade of the text protocol). It
+may not re-export a name whose home is outside its sub-package, and a name it re-exports must
+not be re-exported by any other module too (``test_a_sub_package_name_is_re_exported_once``).
+Each failure names the module, the name, its home and where it is listed or imported.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "envace_lite"
+CALLER_DIRS = ("envace_lite", "tests", "benchmarks", "scaled", "notebooks")
+
+
+@dataclass
+class Module:
+    """What one module of the package binds at module level."""
+
+    name: str
+    path: Path
+    is_subpackage_init: bool
+    defines: set[str] = field(default_factory=set)
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local -> (module, name)
+    all: list[str] | None = None
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _top_level(body: list[ast.stmt]):
+    """Module-level statements, including those under a module-level if/try/with."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _top_level(node.body)
+            yield from _top_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for part in (node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]):
+                yield from _top_level(part)
+        elif isinstance(node, ast.With):
+            yield from _top_level(node.body)
+
+
+def _targets(node: ast.expr):
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for elt in node.elts:
+            yield from _targets(elt)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_init: bool) -> str:
+    """The absolute module of a ``from ... import`` (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    here = module.split(".") if is_init else module.split(".")[:-1]
+    here = here[:len(here) - node.level + 1]
+    return ".".join(here + ([node.module] if node.module else []))
+
+
+def package_modules(root: Path = ROOT) -> dict[str, Module]:
+    """Every module of ``envace_lite`` under ``root``, by dotted name."""
+    mods: dict[str, Module] = {}
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        name = _module_name(path, root)
+        is_init = path.name == "__init__.py"
+        mod = Module(name, path, is_init and name != PACKAGE)
+        for node in _top_level(ast.parse(path.read_text(), str(path)).body):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                mod.defines.add(node.name)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    mod.defines.update(_targets(t))
+                    if isinstance(t, ast.Name) and t.id == "__all__":
+                        mod.all = [e.value for e in getattr(node.value, "elts", [])
+                                   if isinstance(e, ast.Constant)]
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                mod.defines.update(_targets(node.target))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname or not a.name.startswith(PACKAGE + "."):
+                        mod.defines.add(a.asname or a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                src = _absolute(node, name, is_init)
+                for a in node.names:
+                    if src == PACKAGE or src.startswith(PACKAGE + "."):
+                        mod.imports[a.asname or a.name] = (src, a.name)
+                    else:
+                        mod.defines.add(a.asname or a.name)
+        mods[name] = mod
+    for mod in mods.values():  # an imported submodule is a module, not a re-exported name
+        for local, (src, orig) in list(mod.imports.items()):
+            if f"{src}.{orig}" in mods:
+                del mod.imports[local]
+                mod.defines.add(local)
+    return mods
+
+
+def home(mods: dict[str, Module], module: str, name: str) -> str | None:
+    """The module that defines ``name`` as ``module`` binds it (None: unknown there)."""
+    seen = set()
+    while (module, name) not in seen:
+        seen.add((module, name))
+        mod = mods.get(module)
+        if mod is None:
+            return None
+        if name in mod.defines:
+            return module
+        if name not in mod.imports:
+            return None
+        module, name = mod.imports[name]
+    return None
+
+
+def reexported_home(mods: dict[str, Module], module: str, name: str) -> str | None:
+    """``name``'s home when ``module`` only imports it from another package module, else None.
+    A sub-package ``__init__`` may hold names of its own sub-package (None for those)."""
+    mod = mods.get(module)
+    if mod is None or name not in mod.imports:
+        return None
+    where = home(mods, module, name) or ".".join(mod.imports[name])
+    if mod.is_subpackage_init and where.startswith(module + "."):
+        return None
+    return where
+
+
+def caller_sources(root: Path = ROOT) -> list[tuple[str, str]]:
+    """``(path, source)`` of every file that may import from the package; a notebook's code
+    cells joined, its ``%``/``!`` lines blanked."""
+    out = []
+    for d in CALLER_DIRS:
+        for path in sorted((root / d).rglob("*.py")):
+            out.append((str(path.relative_to(root)), path.read_text()))
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        src = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        src = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line
+                        for line in src.splitlines())
+        out.append((str(nb.relative_to(root)), src))
+    return out
+
+
+def _module_aliases(tree: ast.AST, mods: dict[str, Module]) -> dict[str, str]:
+    """Local names bound to package modules anywhere in a file (``import a.b as x``,
+    ``from a import b``, ``from envace_lite import protocol``)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in mods:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in mods and a.asname:
+                    aliases[a.asname] = a.name
+    return aliases
+
+
+def _patched(tree: ast.AST, aliases: dict[str, str]) -> set[tuple[str, str]]:
+    """``(module, name)`` pairs a file patches: ``m.name = ...`` or ``setattr(m, "name", ...)``."""
+    out = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name) and node.value.id in aliases):
+            out.add((aliases[node.value.id], node.attr))
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id",
+                                                                                  None)) == "setattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name)
+              and node.args[0].id in aliases and isinstance(node.args[1], ast.Constant)):
+            out.add((aliases[node.args[0].id], node.args[1].value))
+    return out
+
+
+def reexports(root: Path = ROOT) -> dict[tuple[str, str, str], set[str]]:
+    """``{(module, name, home): {where, ...}}``: each name a module re-exports, with the
+    ``__all__`` that lists it and the ``path:line`` of each caller that gets it there."""
+    mods = package_modules(root)
+    found: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for mod in mods.values():
+        listed = f"__all__ of {mod.path.relative_to(root)}"
+        for name in mod.all or []:
+            if name in mod.imports:
+                where = reexported_home(mods, mod.name, name)
+                if where:
+                    found[(mod.name, name, where)].add(listed)
+            elif name not in mod.defines:
+                found[(mod.name, name, "nowhere: not defined")].add(listed)
+    for path, src in caller_sources(root):
+        tree = ast.parse(src, path)
+        aliases = _module_aliases(tree, mods)
+        patched = _patched(tree, aliases)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in mods and not node.level:
+                for a in node.names:
+                    where = reexported_home(mods, node.module, a.name)
+                    if where:
+                        found[(node.module, a.name, where)].add(f"{path}:{node.lineno}")
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+                  and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                module = aliases[node.value.id]
+                where = reexported_home(mods, module, node.attr)
+                if where and (module, node.attr) not in patched:
+                    found[(module, node.attr, where)].add(f"{path}:{node.lineno} (attribute)")
+    return found
+
+
+def reexport_problems(root: Path = ROOT) -> list[str]:
+    """One line per re-export: ``module: name (home: M) -- where``."""
+    return [f"{m}: {n} (home: {h}) -- {', '.join(sorted(w)[:4])}"
+            + (f" and {len(w) - 4} more" if len(w) > 4 else "")
+            for (m, n, h), w in sorted(reexports(root).items())]
+
+
+def subpackage_reexports(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
+    """``{(home, name): {init, ...}}``: the names each sub-package ``__init__`` re-exports from
+    its own sub-package (those in its ``__all__``; without ``__all__``, every such name it
+    imports)."""
+    mods = package_modules(root)
+    out: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for mod in mods.values():
+        if not mod.is_subpackage_init:
+            continue
+        for name in (mod.all if mod.all is not None else list(mod.imports)):
+            where = home(mods, mod.name, name) if name in mod.imports else None
+            if where and where.startswith(mod.name + "."):
+                out[(where, name)].add(mod.name)
+    return out
+
+
+def sub_package_duplicates(root: Path = ROOT) -> list[str]:
+    """One line per name that a sub-package ``__init__`` and another module both re-export."""
+    by = {key: set(inits) for key, inits in subpackage_reexports(root).items()}
+    for (module, name, where), _ in reexports(root).items():
+        if (where, name) in by:
+            by[(where, name)].add(module)
+    return [f"{name} (home: {where}) is re-exported by {', '.join(sorted(ms))}"
+            for (where, name), ms in sorted(by.items()) if len(ms) > 1]
+
+
+def test_every_name_is_imported_from_its_home():
+    problems = reexport_problems()
+    assert not problems, (f"{len(problems)} re-exported names; import each from its home and "
+                          "drop it from the re-exporting module:\n" + "\n".join(problems))
+
+
+def test_a_sub_package_name_is_re_exported_once():
+    """A name that a sub-package ``__init__`` re-exports is re-exported by no other module: no
+    other ``__init__``, no other ``__all__``, no module that a caller gets it from."""
+    problems = sub_package_duplicates()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checker_finds_a_re_export(tmp_path):
+    """The walk itself, on a made-up package: a module that imports a name and lists it in
+    ``__all__``, a caller that imports a name from it or reads one as its attribute, and a
+    second re-export of a sub-package's name are reported with module, name and home; the
+    sub-package facade and a patched attribute are not."""
+    pkg = tmp_path / PACKAGE
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "home.py").write_text("VALUE = 1\n\ndef f():\n    return VALUE\n")
+    (pkg / "relay.py").write_text("from envace_lite.home import VALUE, f\n\n"
+                                  "__all__ = ['VALUE', 'g']\n\ndef g():\n    return f()\n")
+    (pkg / "sub" / "__init__.py").write_text("from envace_lite.sub.inner import X\n"
+                                             "__all__ = ['X']\n")
+    (pkg / "sub" / "inner.py").write_text("X = 2\n")
+    (pkg / "other.py").write_text("from envace_lite.sub.inner import X\n__all__ = ['X']\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "from envace_lite.relay import f, g\nfrom envace_lite.sub import X\n"
+        "from envace_lite import relay\nrelay.VALUE\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "b.py").write_text(
+        "from envace_lite import relay\nreal = relay.f\nrelay.f = lambda: 0\n")
+    assert reexport_problems(tmp_path) == [
+        "envace_lite.other: X (home: envace_lite.sub.inner) -- __all__ of envace_lite/other.py",
+        "envace_lite.relay: VALUE (home: envace_lite.home) -- __all__ of envace_lite/relay.py, "
+        "tests/test_x.py:4 (attribute)",
+        "envace_lite.relay: f (home: envace_lite.home) -- tests/test_x.py:1"]
+    assert sub_package_duplicates(tmp_path) == [
+        "X (home: envace_lite.sub.inner) is re-exported by envace_lite.other, envace_lite.sub"]
