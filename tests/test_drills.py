@@ -274,3 +274,14 @@ def test_check_benchmarks_samples_the_drills():
     assert rep["failed"] == rep["tasks"] and rep["still_passing_ids"] == []
     assert runner.invoke(app, ["check-benchmarks", "--suite", RETAIL, "--sample", "-1"]
                          ).exit_code != 0
+
+
+def test_baselines_show_drills_done_and_time_left(capsys):
+    """``drills baselines`` shows a bar over the drills: done of total, and the time left."""
+    rep = drill_baselines.score_baselines(RETAIL, "test", limit=3, baselines=("do_nothing",),
+                                          show_progress=True)
+    err = capsys.readouterr().err
+    assert rep["tasks"] == 3 and rep["baselines"]["do_nothing"]["success"] == 0.0
+    assert "3/3" in err and "drill" in err and "<" in err  # tqdm: n/total [elapsed<left]
+    drill_baselines.score_baselines(RETAIL, "test", limit=2, baselines=("do_nothing",))
+    assert "2/2" not in capsys.readouterr().err  # the library call is quiet by default

@@ -140,3 +140,17 @@ def _first_telecom_test():
     from envace_lite.envs import list_tasks
 
     return list_tasks("tau2-telecom", "test")[0]
+
+
+def test_eval_shows_episodes_done_and_keeps_each_row(tokenizer, tmp_path, capsys):
+    """An evaluation shows a bar over its episodes (done of total, time left) and has appended
+    every finished episode's row to results.jsonl by the time the bar closes."""
+    from envace_lite.pipelines.evaluate import evaluate
+
+    cfg = get_config("smoke", {"eval.max_turns": 4, "run.progress": True})
+    gen = ScriptedGenerator({"act": ["I cannot help with that."]}, tokenizer)
+    rows = evaluate((gen, tokenizer), "tau2-telecom", cfg=cfg, limit=2, out=tmp_path)
+    err = capsys.readouterr().err
+    assert len(rows) == 2 and "2/2" in err and "episode" in err and "<" in err
+    kept = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in kept) == sorted(r["task_id"] for r in rows)

@@ -181,7 +181,7 @@ def drills_baselines(
         task_ids(s, split)
     report: dict = {"split": split, "suites": {}}
     for s in suite:
-        rep = score_baselines(s, split, limit)
+        rep = score_baselines(s, split, limit, show_progress=True)
         report["suites"][s] = rep
         for b in BASELINES:
             v = rep["baselines"][b]

@@ -25,6 +25,7 @@ from typing import Any
 from envace_lite.drills.spec import GENERATOR_VERSION, TIER_TOOLS, Drill
 from envace_lite.drills.suite import DrillEnv, registered_drills
 from envace_lite.envs.base import GoldTurn
+from envace_lite.progress import progress
 from envace_lite.types import ToolCall
 
 BASELINES = ("do_nothing", "always_refuse", "always_write", "guess_commonest", "tier_template",
@@ -170,7 +171,8 @@ def drill_class(drill: Drill) -> str:
 
 
 def score_baselines(suite: str, split: str, limit: int = 0,
-                    baselines: tuple[str, ...] = BASELINES) -> dict[str, Any]:
+                    baselines: tuple[str, ...] = BASELINES,
+                    show_progress: bool = False) -> dict[str, Any]:
     """Every baseline on the drills of ``suite``/``split`` (a split or, on v2, a held-out slice),
     played in the real environment and scored by ``DrillEnv.score``.
 
@@ -180,6 +182,7 @@ def score_baselines(suite: str, split: str, limit: int = 0,
             ``rest``).
         limit: the first N drills of the split (0: all).
         baselines: a subset of ``BASELINES``.
+        show_progress: a bar over the drills (drills done, rate and time left, on stderr).
 
     Returns:
         ``{"suite", "split", "tasks", "composition": {tier: {class: n}}, "seconds",
@@ -202,7 +205,7 @@ def score_baselines(suite: str, split: str, limit: int = 0,
     per_task: dict[str, dict[str, float]] = {b: {} for b in baselines}
     tau2: dict[str, float] = {b: 0.0 for b in baselines}
     drills: dict[str, Drill] = {}
-    for tid in ids:
+    for tid in progress(ids, enabled=show_progress, desc=f"{suite} {split}", unit="drill"):
         env = make_env(suite, tid)
         try:
             drills[tid] = env.drill

@@ -35,7 +35,7 @@ from envace_lite.config import Config
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.llm.generation import Generator
 from envace_lite.paths import append_jsonl, check_checkpoint, run_folder_lock
-from envace_lite.progress import get_logger
+from envace_lite.progress import get_logger, progress
 from envace_lite.pipelines.run_records import (
     MAX_EPISODE_RETRIES, check_out, config_hash, error_row, read_rows, result_config, row_key)
 from envace_lite.pipelines.tables import is_error, sweep_point, write_summary
@@ -272,6 +272,7 @@ def _evaluate(policy: Any, rspec: Any, own: bool, cfg: Config, suites: list[str]
     for x in read_rows(results, repair=True, all_attempts=True) if results is not None else []:
         attempts.setdefault(row_key(x), []).append(x)  # repair: cut a torn last row
     attempt: dict[tuple[str, str, int], int] = {}
+    bar: list[Any] = []  # the suite's bar over its episodes to run (done, rate, time left)
 
     def write(row: dict[str, Any]) -> None:
         row.update(labels)
@@ -283,6 +284,8 @@ def _evaluate(policy: Any, rspec: Any, own: bool, cfg: Config, suites: list[str]
                           "score_error"))
         if results is not None:
             append_jsonl(results, row)
+        if bar:
+            bar[0].update(1)
 
     rows: list[dict[str, Any]] = []
     for s in suites:
@@ -316,10 +319,15 @@ def _evaluate(policy: Any, rspec: Any, own: bool, cfg: Config, suites: list[str]
         fresh: list[dict[str, Any]] = []
         if episodes:
             acting, rehearsing = policies()
-            fresh = run_committed(acting.generator, acting.tokenizer, episodes, cfg,
-                                  rehearsal=None if mode == "none" else mode, n=r.n,
-                                  rehearsal_generator=rehearsing.generator,
-                                  rehearsal_tokenizer=rehearsing.tokenizer, on_row=write)
+            bar[:] = [progress(total=len(episodes), enabled=cfg.run.progress, unit="episode",
+                               desc=f"{s} ({mode}, N={n_used})")]
+            try:
+                fresh = run_committed(acting.generator, acting.tokenizer, episodes, cfg,
+                                      rehearsal=None if mode == "none" else mode, n=r.n,
+                                      rehearsal_generator=rehearsing.generator,
+                                      rehearsal_tokenizer=rehearsing.tokenizer, on_row=write)
+            finally:
+                bar.pop().close()
         for ep, row in zip(episodes, fresh):
             have[(ep.task_id, ep.repeat)] = row
         rows += [have[(tid, k)] for _, tid, k in keys]

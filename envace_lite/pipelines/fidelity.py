@@ -61,7 +61,7 @@ from envace_lite.llm.generation import chat_ids, token_counter
 from envace_lite.pipelines.fidelity_metrics import (
     DECISIVE_FIELDS, aggregate, decisive_match, drill_tier, error_kind, pair_metrics,
     prediction_report, seen_before, sliced)
-from envace_lite.progress import get_logger
+from envace_lite.progress import get_logger, progress
 from envace_lite.core.rollout import rehearsal_observation
 from envace_lite.types import DECODING, Observation, ToolCall
 
@@ -238,6 +238,7 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
     """
     first_tasks([], limit)
     pairs, mismatches = [], 0
+    shown = bool(cfg and cfg.run.progress)  # bars: tasks done, rate and time left
     for suite in suites:
         ids = first_tasks([i for i in list_tasks(suite, split) if i not in exclude], limit)
         if "gold" in sources:
@@ -248,7 +249,7 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
                 ground = {t.id: [g for turn in t.grounding for g in turn]
                           for t in load_tasks(suite, split, limit=0 if exclude else limit)
                           if t.id in ids}
-            for tid in ids:
+            for tid in progress(ids, enabled=shown, desc=f"{suite} gold pairs", unit="task"):
                 env = make_env(suite, tid)
                 events = gold_events(env)
                 env.close()
@@ -261,7 +262,9 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
             for tid in ids:
                 env = make_env(suite, tid)
                 episodes.append(Episode(suite, tid, 0, env, env.reset()))
-            run_committed(policy[0], policy[1], episodes, cfg)
+            with progress(total=len(episodes), enabled=shown, desc=f"{suite} policy episodes",
+                          unit="episode") as bar:
+                run_committed(policy[0], policy[1], episodes, cfg, on_row=lambda _: bar.update(1))
             for ep in episodes:
                 got, _, bad = replay(suite, ep.task_id, episode_events(ep), "policy")
                 pairs += got
