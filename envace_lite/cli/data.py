@@ -341,11 +341,13 @@ def drills_reading(
         Path(out).write_text(json.dumps(record, indent=1) + "\n")
     s, ids, fact = m["success"], m["correct_ids"], m["fact_exact"]
     pct = lambda v: "n/a" if v["rate"] is None else f"{100 * v['rate']:.1f} %"  # noqa: E731
+    hops = ", ".join(f"{v['n']}/{v['of']}" for v in m["two_hop_steps"])
     typer.echo(f"{record['point']}: success {s['n']}/{s['of']} ({pct(s)}); "
                + ", ".join(f"{t} {v['n']}/{v['of']}" for t, v in m["per_tier"].items())
                + f"; correct ids {ids['n']}/{ids['of']} ({pct(ids)}); fact exact "
                f"{fact['n']}/{fact['of']}; writes made {m['writes_made']}, right "
-               f"{m['writes_right']}; errors {m['errors']}")
+               f"{m['writes_right']}" + (f"; two-hop steps {hops}" if hops else "")
+               + f"; errors {m['errors']}")
 
 
 @drills_app.command("sweep")

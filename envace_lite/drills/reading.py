@@ -13,6 +13,9 @@ warm-start lever is measured on each of them and not only on success:
   exactly one value of each communicated kind, and it is the fact), whatever the DB;
 - **writes made** (real calls to a write tool) and **writes right** (equal to the gold write,
   name and arguments), and the write drills passed;
+- **two-hop steps**: for each of a two-hop drill's three gold calls (find the user by name and
+  zip or by e-mail, read the user, read the order), the two-hop episodes whose real calls include
+  it exactly (name and arguments), so that the chain's first broken link shows;
 - **errors**: episodes that ended in an error (``tables.is_error``: an exception, or a scoring
   crash) are counted on their own and left out of every rate, never scored 0.
 
@@ -81,7 +84,8 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Returns:
         ``{"episodes", "errors", "success", "per_tier", "per_class", "correct_ids",
         "correct_ids_per_tier", "fact_exact", "writes_made", "writes_right",
-        "write_drills_passed", "real_calls", "failed_real_calls"}`` (calls from each row's
+        "write_drills_passed", "two_hop_steps", "real_calls", "failed_real_calls"}`` (calls
+        from each row's
         ``real_call_log``); a rate is ``{"n", "of", "rate"}``
         (``rate`` None when ``of`` is 0). Crashed episodes count in ``errors`` only.
 
@@ -93,6 +97,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tier_pass, class_pass = Counter(), Counter()
     ids_ok, ids_all = Counter(), Counter()
     fact = made = right = failed = calls = 0
+    hops, hop_drills = Counter(), 0
     for r in ok:
         drill = get_drill(r["suite"], r["task_id"])
         passed = float(r.get("reward") or 0.0) >= 1.0
@@ -104,6 +109,11 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         check = (r.get("details") or {}).get("drill_check") or {}
         fact += bool(check.get("passed"))
         gold_ids = _order_ids(drill)
+        if drill.tier == "two_hop":
+            hop_drills += 1
+            made_calls = [(c.get("name"), c.get("arguments")) for c in r.get("real_call_log") or []]
+            for k, g in enumerate(drill.gold):
+                hops[k] += (g["name"], g["arguments"]) in made_calls
         gold_writes = [c for c in drill.gold if c["name"] in WRITE_TOOLS]
         for call in r.get("real_call_log") or []:
             calls += 1
@@ -127,6 +137,7 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "fact_exact": _rate(fact, n),
         "writes_made": made, "writes_right": right,
         "write_drills_passed": _rate(class_pass["write"], classes["write"]),
+        "two_hop_steps": [_rate(hops[k], hop_drills) for k in range(3)] if hop_drills else [],
         "real_calls": calls, "failed_real_calls": failed,
     }
 
