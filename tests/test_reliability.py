@@ -1127,6 +1127,10 @@ def test_warmstart_refuses_another_commands_run_and_another_config(tmp_path, mon
     before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
     assert warmstart(get_config("smoke", {"grpo.learning_rate": 0.1}), done) == done
     assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == before
+    # study levers a warm start never reads (RL's reward control, the test-time memory source)
+    assert warmstart(get_config("smoke", {"study.reward_control": "shuffle",
+                                          "study.memory_source": "calls"}), done) == done
+    assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == before
 
 
 def _contend(folder, barrier, holders, peak, guard, won):

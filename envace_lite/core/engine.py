@@ -346,7 +346,7 @@ def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: Act
             guarded(x, hooks, hooks.stages["output"], _act_output, x, hooks, prompt, out, glue)
         stepping = [x for x in acting if not x.stop_reason
                     and (x.calls or x.terminal_call is not None)]
-        hooks.observe(stepping)  # REHEARSE: ô_t (training), or the real o_t (evaluation)
+        hooks.observe(stepping)  # REHEARSE: ô_t (training), or the real o_t (eval, act_only_real)
         for x in stepping:  # h_{t+1} = h_t ⊕ (a_t, ô_t)
             guarded(x, hooks, hooks.stages["observations"], _after_step, x, hooks)
         for x in acting:

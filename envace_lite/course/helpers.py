@@ -418,7 +418,7 @@ __all__ = [
     "check_param_type",
     "check_parameters",
     "check_params",
-        "gold_rollout",
+    "gold_rollout",
     "gold_script",
     "parameters_of",
     "runs_root",

@@ -166,6 +166,10 @@ def relocate(run_dir: Path, checkpoint: str) -> bool:
     return True
 
 
+WARMSTART_FREE = ("run.progress", "run.runs_root", "study.reward_control", "study.memory_source")
+"""Fields a warm start never reads: RL's reward control and the test-time memory source (with
+progress bars and the runs root)."""
+
 WARMSTART_FREE_GROUPS = ("eval", "rehearsal", "grpo")
 """Groups a warm start never reads (``grpo.suites`` aside, which names its tasks): a rerun into a
 warm-start folder may change them."""
@@ -203,7 +207,7 @@ def check_warmstart_folder(run_dir: str | Path, cfg: Config) -> bool:
     if other:
         raise ConfigError(f"{folder} holds another command's run ({', '.join(other)}): a warm "
                           "start would overwrite it; use a new --run-dir")
-    check_resume_config(folder, cfg, ("run.progress", "run.runs_root"), WARMSTART_FREE_GROUPS)
+    check_resume_config(folder, cfg, WARMSTART_FREE, WARMSTART_FREE_GROUPS)
     recorded = folder / "config.json"
     if recorded.exists():
         old = json.loads(recorded.read_text()).get("grpo", {}).get("suites")

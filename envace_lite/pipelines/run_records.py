@@ -92,7 +92,7 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: old -> new`` for each key of two ``result_config``s that differs, outside
     ``PER_ROW_KEYS``. The rehearsal settings that only rows with rehearsal record are compared
     when both sides have them (a Non-TTS row and a rehearsal row may share a folder)."""
-    only_rehearsal = ("rehearsal.", "rollout.max_new_tokens_rehearse")
+    only_rehearsal = ("rehearsal.", "rollout.max_new_tokens_rehearse", "study.memory_source")
 
     def filled(cfg: dict[str, Any]) -> dict[str, Any]:  # a rehearsal row's absent memory keys
         return (MEMORY_DEFAULTS | cfg if cfg.get("rehearsal.mode", "none") != "none" else cfg)
