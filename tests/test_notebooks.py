@@ -542,6 +542,11 @@ def test_smoke_series_runs_every_notebook(tmp_path):
         assert (series / name / f"{name}.html").stat().st_size > 10_000
         text = "".join(o.get("text", "") for o in outputs)
         assert text.count(": not attempted") == len(tagged(executed, "check"))
+        # quiet headless runs: no stderr block of TRL's or datasets' bars, or of weight loading
+        stderr = "".join(o.get("text", "") for o in outputs
+                         if o.output_type == "stream" and o.get("name") == "stderr")
+        assert not re.search(r"examples/s|Building labels|Truncating train|Loading weights|"
+                             r"dequantiz|Map:|it/s\]", stderr), (name, stderr[:300])
         assert json.loads((series / name / "config.json").read_text())["profile"] == "smoke"
         assert_closes_with_what_you_saw(executed, name)
         for handout in (series / name / f"{name}.ipynb", series / name / f"{name}.html"):
@@ -599,13 +604,14 @@ def test_notebook_alone_under_laptop_with_nbconvert(tmp_path, stem, output):
 def test_running_cell_reads_papermill_status(tmp_path):
     path = tmp_path / "executed.ipynb"
     assert nbs.running_cell(path) is None  # not written yet
-    cells = [new_markdown_cell("# t")] + [new_code_cell(f"x = {i}") for i in range(3)]
-    for cell, status in zip(cells[1:], ["completed", "running", "pending"]):
+    cells = ([new_markdown_cell("# t"), new_code_cell("x = 0"), new_markdown_cell("## 2. Rows\ntext")]
+             + [new_code_cell(f"x = {i}") for i in (1, 2)])
+    for cell, status in zip([cells[1], *cells[3:]], ["completed", "running", "pending"]):
         cell.metadata["papermill"] = {"status": status}
     nbformat.write(new_notebook(cells=cells), str(path))
-    assert nbs.running_cell(path) == (2, 3)
-    cells[2].metadata["papermill"]["status"] = "completed"  # between two saves
+    assert nbs.running_cell(path) == (2, 3, "2. Rows")  # the section the running cell is in
+    cells[3].metadata["papermill"]["status"] = "completed"  # between two saves
     nbformat.write(new_notebook(cells=cells), str(path))
-    assert nbs.running_cell(path) == (3, 3)
+    assert nbs.running_cell(path) == (3, 3, "2. Rows")
     path.write_text('{"cells": [')  # half-written
     assert nbs.running_cell(path) is None

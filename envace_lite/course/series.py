@@ -218,30 +218,38 @@ PROGRESS_EVERY = 15.0
 """Seconds between two live progress lines of a running notebook (``run_notebook``)."""
 
 
-def running_cell(executed: Path) -> tuple[int, int] | None:
-    """``(1-based code cell now running, code cells)`` of a notebook papermill is executing.
+def running_cell(executed: Path) -> tuple[int, int, str] | None:
+    """``(1-based code cell now running, code cells, its section)`` of a notebook papermill is
+    executing; the section is the last markdown heading above that cell ("" before any).
 
     papermill saves the output notebook after each cell with a ``papermill.status`` per cell;
     the first cell marked ``running`` (or, between two saves, the first ``pending`` one) is the
     current one. None while the file is missing or half-written.
     """
     try:
-        cells = [c for c in json.loads(executed.read_text())["cells"]
-                 if c.get("cell_type") == "code"]
+        cells = json.loads(executed.read_text())["cells"]
+        code = [i for i, c in enumerate(cells) if c.get("cell_type") == "code"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    status = [cells[i].get("metadata", {}).get("papermill", {}).get("status") for i in code]
     for wanted in ("running", "pending"):
         if wanted in status:
-            return status.index(wanted) + 1, len(cells)
+            k = status.index(wanted)
+            section = ""
+            for c in cells[:code[k]]:
+                text = "".join(c.get("source", "")) if c.get("cell_type") == "markdown" else ""
+                if text.startswith("#"):
+                    section = text.splitlines()[0].lstrip("#").strip()
+            return k + 1, len(code), section
     return None
 
 
 def _report_progress(name: str, executed: Path, start: float, shown: Any) -> Any:
-    """Log one live line (notebook, cell, elapsed time); returns what was shown."""
+    """Log one live line (notebook, section, cell, elapsed time); returns what was shown."""
     cell = running_cell(executed)
     elapsed = time.perf_counter() - start
-    where = f"cell {cell[0]}/{cell[1]}" if cell else "starting the kernel"
+    where = (f"\"{cell[2]}\", cell {cell[0]}/{cell[1]}" if cell and cell[2]
+             else f"cell {cell[0]}/{cell[1]}" if cell else "starting the kernel")
     log.info("notebook %s: %s, %.0f s elapsed", name, where, elapsed)
     return cell
 
