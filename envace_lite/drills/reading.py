@@ -85,9 +85,9 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ``{"episodes", "errors", "success", "per_tier", "per_class", "correct_ids",
         "correct_ids_per_tier", "fact_exact", "writes_made", "writes_right",
         "write_drills_passed", "two_hop_steps", "real_calls", "failed_real_calls"}`` (calls
-        from each row's
-        ``real_call_log``); a rate is ``{"n", "of", "rate"}``
-        (``rate`` None when ``of`` is 0). Crashed episodes count in ``errors`` only.
+        from each row's ``real_call_log``); a rate is ``{"n", "of", "rate"}`` (``rate`` None
+        when ``of`` is 0); ``two_hop_steps`` holds one rate per gold call, [] without two-hop
+        drills. Crashed episodes count in ``errors`` only.
 
     Raises:
         KeyError: a row names a drill that its suite does not hold.
@@ -111,7 +111,8 @@ def reading_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         gold_ids = _order_ids(drill)
         if drill.tier == "two_hop":
             hop_drills += 1
-            made_calls = [(c.get("name"), c.get("arguments")) for c in r.get("real_call_log") or []]
+            made_calls = [(c.get("name"), c.get("arguments"))
+                          for c in r.get("real_call_log") or []]
             for k, g in enumerate(drill.gold):
                 hops[k] += (g["name"], g["arguments"]) in made_calls
         gold_writes = [c for c in drill.gold if c["name"] in WRITE_TOOLS]
