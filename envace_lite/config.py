@@ -68,6 +68,14 @@ class ModelConfig:
     """``micro`` only: every digit is its own pre-token, so an id (``W4284542``) is the same
     token sequence wherever it appears. A measured lever on the drills (``docs/results-log.md``): it
     did not make the policy copy ids (held-out 16.7 % vs 19.2 % without it, no successful call)."""
+    split_capitalized: bool = False
+    """``micro`` only: every capitalized word (an upper-case letter and the lower-case letters
+    after it) is its own pre-token, so a name is the same token wherever it appears: after a
+    space in the ticket and after a quote in a call (``"Omar"``), where merges across the word
+    boundary (``' S'``, ``'ilv'`` in the ticket against ``'Silv'`` in the call) make copying it a
+    mapping instead of a copy. Other text still merges across words (the sequences grow by about
+    a fifth on the v2 drills, against about four times when every word is split). A drills lever
+    (``docs/drills.md``, "Tuning the v2 warm start")."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"

@@ -52,6 +52,24 @@ def test_bpe_build_is_deterministic_and_chatml(small_corpus):
     assert glue.eot_id == 2 and glue.gen_prompt == "<|im_start|>assistant\n"
 
 
+def test_split_capitalized_gives_a_name_one_token_after_a_space_and_after_a_quote():
+    texts = ["Hi, I'm Omar Silva, zip code 98141. " * 3,
+             '{"first_name": "Omar", "last_name": "Silva", "zip": "98141"} ' * 3] * 20
+    ticket, call = "I'm Omar Silva, zip", '"first_name": "Omar", "last_name": "Silva"'
+
+    def pieces(tok, text):
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+    merged = train_bpe(texts, 400, split_digits=True)
+    # merges cross the word boundaries: the names hide inside longer pieces of the ticket
+    assert "Omar" not in pieces(merged, ticket) and "Silva" not in pieces(merged, ticket)
+    names = train_bpe(texts, 400, split_capitalized=True, split_digits=True)
+    assert pieces(names, ticket) == ["I'm", " ", "Omar", " ", "Silva", ", zip"]
+    assert pieces(names, call) == ['"f', 'irst_name": "', "Omar", '", "last_name": "', "Silva",
+                                   '"']
+    assert names.decode(names.encode(ticket + " 98141")) == ticket + " 98141"  # still lossless
+
+
 def test_micro_model_is_deterministic(micro_cfg, small_corpus):
     tok = train_bpe(small_corpus, 600)
     m1, m2 = micro_model(micro_cfg, tok), micro_model(micro_cfg, tok)

@@ -83,15 +83,17 @@ def transcript_texts(ts: Any) -> list[str]:
     return texts
 
 
-def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False,
+def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False,
               split_digits: bool = False) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
 
     Args:
         texts: the corpus (ChatML transcripts).
         vocab_size: total ids, the three special tokens and the 256 byte symbols included.
-        split_words: GPT-2's regex split before BPE (merges stay within words); False lets merges
-            cross word boundaries (the micro default, see the module docstring).
+        split_capitalized: isolate every capitalized word before BPE
+            (``model.split_capitalized``), so a name is the same token in every context; other
+            text merges across word boundaries either way (the micro default, see the module
+            docstring).
         split_digits: isolate every digit before BPE (``model.split_digits``), so numbers and
             ids are one token per digit.
 
@@ -103,10 +105,13 @@ def train_bpe(texts: list[str], vocab_size: int, split_words: bool = False,
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
-    backend.pre_tokenizer = (pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True), byte_level]) if split_digits
-        else byte_level)
+    from tokenizers import Regex
+
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
+    if split_capitalized:
+        steps.append(pre_tokenizers.Split(Regex(r"\p{Lu}\p{Ll}+"), "isolated"))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    backend.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
@@ -165,14 +170,16 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
         return load_tokenizer()
 
     texts = micro_corpus(cfg)
-    key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else [])
+    key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else []) + (
+        ["capitalized"] if cfg.model.split_capitalized else [])
     h = hashlib.sha1(json.dumps(key).encode())
     for t in texts:
         h.update(t.encode())
     target = cache_dir("tokenizers") / f"micro-{h.hexdigest()[:12]}"
     if rebuild or not is_cached(target, _RECIPE):
         start = time.perf_counter()
-        tok = train_bpe(texts, cfg.model.vocab_size, split_digits=cfg.model.split_digits)
+        tok = train_bpe(texts, cfg.model.vocab_size, split_capitalized=cfg.model.split_capitalized,
+                        split_digits=cfg.model.split_digits)
         write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
         log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
                  len(tok), len(texts), time.perf_counter() - start, target)

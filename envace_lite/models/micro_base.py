@@ -74,10 +74,15 @@ def sha256(path: str | Path) -> str:
 
 
 RECIPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
-                 "context_window", "split_digits", "pretrain_steps", "pretrain_seed",
+                 "context_window", "split_digits", "split_capitalized", "pretrain_steps",
+                 "pretrain_seed",
                  "pretrain_schedule")
 """The config fields a base was built with (its manifest's ``recipe``): ``cfg.model``'s, and the
 ``pretrain_*`` ones of ``cfg.study`` (the drills study's copy warm-up)."""
+
+BUILT_BEFORE = {"split_capitalized": False}
+"""Recipe fields added after the shipped base was built, at the value it was built with (its
+manifest, pinned by sha256, does not name them)."""
 
 
 def recipe(cfg: Any) -> dict[str, Any]:
@@ -158,7 +163,8 @@ def read_manifest(folder: str | Path = BASE_DIR, pinned: str | None = SHIPPED) -
         raise BaseHashError(damaged.format("it lists no files"))
     if missing := [f for f in REQUIRED_FILES if f not in files]:
         raise BaseHashError(damaged.format(f"it does not list {', '.join(missing)}"))
-    if not isinstance(manifest.get("recipe"), dict) or set(RECIPE_FIELDS) - set(manifest["recipe"]):
+    recipe_ = manifest.get("recipe")
+    if not isinstance(recipe_, dict) or set(RECIPE_FIELDS) - set(recipe_) - set(BUILT_BEFORE):
         raise BaseHashError(damaged.format("its recipe lacks fields of RECIPE_FIELDS"))
     return manifest
 
@@ -207,7 +213,7 @@ def matches(cfg: Any, folder: str | Path = BASE_DIR) -> bool:
             damaged recipe is never read as another recipe.
     """
     built = read_manifest(folder)["recipe"]
-    return all(built.get(k) == v for k, v in recipe(cfg).items())
+    return all(built.get(k, BUILT_BEFORE.get(k)) == v for k, v in recipe(cfg).items())
 
 
 def load_tokenizer(folder: str | Path = BASE_DIR) -> Any:
