@@ -97,11 +97,16 @@ def versions() -> None:
     """Print the versions, the commit and the machine a notebook ran on (the second cell).
 
     Package versions come from their metadata, so this cell does not pay for importing them.
-    Also calls ``quiet``: the filters for warnings that are not the student's business.
+    Also calls ``quiet``: the filters for warnings that are not the student's business; and
+    shows every table cell whole from here on (pandas' ``display.max_colwidth`` off: its default
+    cuts a cell at 50 characters, in the HTML hand-out too).
     """
     from importlib.metadata import PackageNotFoundError, version
 
+    import pandas as pd
+
     quiet()
+    pd.set_option("display.max_colwidth", None)
 
     import torch
 
@@ -275,21 +280,6 @@ def output_caps(cfg: Config, new_tokens: int) -> dict[str, Any]:
             "rehearsal.memory_max_tokens": new_tokens,
             "rollout.max_new_tokens_act": min(cfg.rollout.max_new_tokens_act,
                                               max(new_tokens, 48))}
-
-
-def what_you_saw(rows: list[tuple[str, str]]) -> None:
-    """Show a notebook's closing "What you just saw" table: one row per question, with the
-    answer this run computed, never cut (``display.max_colwidth`` off).
-
-    Args:
-        rows: ``(question, answer in this run)`` pairs.
-    """
-    import pandas as pd
-    from IPython.display import display
-
-    table = pd.DataFrame(rows, columns=["question", "this run"]).set_index("question")
-    with pd.option_context("display.max_colwidth", None):
-        display(table)
 
 
 def stage_dir(run_dir: str, stage: str, cfg: Config) -> Path:

@@ -49,6 +49,7 @@ from envace_lite.config import ConfigError, check_profile
 from envace_lite.course.helpers import NOTEBOOKS_DIR, runs_root
 from envace_lite.course.series_pages import export_html, write_index
 from envace_lite.course.series_params import check_series_params, notebook_parameters
+from envace_lite.course.timings import code_sha256
 from envace_lite.paths import REPO_ROOT, git_commit, new_run_dir
 from envace_lite.profiles import OFFLINE_PROFILES
 from envace_lite.progress import get_logger
@@ -60,6 +61,9 @@ log = get_logger(__name__)
 TIMEOUTS = {"smoke": (300, 600), "micro": (1800, 3600), "laptop": (1800, 3600),
             "colab": (7200, 14400), "gpu": (7200, 14400), "scaled": (7200, 14400)}
 """Per profile: (seconds per cell, wall-clock seconds per notebook)."""
+
+FINISHED = "every cell has run: closing the kernel and saving"
+"""The section ``running_cell`` names once no cell is left to run."""
 
 PAPERMILL_TAGS = ("injected-parameters", "papermill-error-cell-tag")
 """Cells that papermill adds to an executed notebook (not in the committed one)."""
@@ -224,7 +228,8 @@ def running_cell(executed: Path) -> tuple[int, int, str] | None:
 
     papermill saves the output notebook after each cell with a ``papermill.status`` per cell;
     the first cell marked ``running`` (or, between two saves, the first ``pending`` one) is the
-    current one. None while the file is missing or half-written.
+    current one. When none is left, every cell has run: ``(code cells, code cells, FINISHED)``
+    while papermill closes the kernel and saves. None while the file is missing or half-written.
     """
     try:
         cells = json.loads(executed.read_text())["cells"]
@@ -241,7 +246,7 @@ def running_cell(executed: Path) -> tuple[int, int, str] | None:
                 if text.startswith("#"):
                     section = text.splitlines()[0].lstrip("#").strip()
             return k + 1, len(code), section
-    return None
+    return (len(code), len(code), FINISHED) if code and all(status) else None
 
 
 def _report_progress(name: str, executed: Path, start: float, shown: Any) -> Any:
@@ -286,7 +291,8 @@ def run_notebook(src: Path, stage: Path, params: dict[str, Any], cell_timeout: i
             _stop(proc)
             raise
     record = {"name": src.stem, "seconds": round(time.perf_counter() - start, 1),
-              "notebook": executed.name, "status": "ok", "cell": None, "error": ""}
+              "notebook": executed.name, "status": "ok", "cell": None, "error": "",
+              "code_sha256": code_sha256(src)}
     if timed_out or rc != 0:
         cell, what = _failure(executed)
         record.update(status="timeout" if timed_out else "failed", cell=cell, error=(
@@ -385,7 +391,9 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
     series.mkdir(parents=True, exist_ok=True)
     meta = {"profile": profile, "seed": seed, "commit": git_commit(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "cell_timeout": cell_timeout,
-            "timeout": timeout, "stages": [{"name": p.stem, "status": "not run"} for p in paths]}
+            "timeout": timeout, "parameters": extra, "cpus": os.cpu_count(),
+            "load": {"start": os.getloadavg()[0], "end": None},
+            "stages": [{"name": p.stem, "status": "not run"} for p in paths]}
     for i, src in enumerate(paths):
         base = {"profile": profile, "seed": seed, "run_dir": str(series / src.stem),
                 "artifacts_dir": str(series)}
@@ -402,6 +410,7 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
             write_index(series, meta)
             raise SeriesInterrupted(series, src.stem) from None
         meta["stages"][i] = record
+        meta["load"]["end"] = os.getloadavg()[0]
         write_index(series, meta)
         log.info("notebook %s: %s in %.1f s", src.stem, record["status"], record["seconds"])
         if record["status"] != "ok":
@@ -414,6 +423,7 @@ def run_series(profile: str, notebooks: list[str] | None = None, out: str | Path
 
 
 __all__ = [
+    "FINISHED",
     "PAPERMILL_TAGS",
     "TIMEOUTS",
     "NotebookFailed",
