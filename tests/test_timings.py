@@ -75,8 +75,11 @@ def test_render_states_the_records_seconds():
     assert render(HAND, "series-smoke") == "81.2 s (commit abc1234)"
     assert render(HAND, "load").startswith(
         "smoke: 2 cores, 1-min load 0.50 at the start, 1.25 at the end; laptop: 2 cores")
+    assert render(HAND, "load-laptop") == ("2 cores, 1-min load 0.10 at the start, 2.00 at the "
+                                          "end")
+    assert render(HAND, "load-classroom") == "load not recorded"
     assert render({}, "nb-00_a") == "smoke not timed · laptop not timed"
-    for unknown in ("nb", "tables"):
+    for unknown in ("nb", "tables", "load-gpu"):
         with pytest.raises(KeyError):
             render(HAND, unknown)
 

@@ -107,8 +107,8 @@ def render(record: dict[str, Any], name: str) -> str:
 
     Names: ``table`` (the per-notebook table of ``docs/instructors.md``), ``series-smoke``,
     ``series-laptop`` (a series' total), ``classroom-04``, ``classroom-05`` (one notebook in the
-    classroom setting), ``load`` (the machine and load of each setting) and ``nb-<stem>`` (the
-    runtime line of that notebook's header).
+    classroom setting), ``load`` (the machine and load of each setting), ``load-<setting>`` (of
+    one) and ``nb-<stem>`` (the runtime line of that notebook's header).
 
     Raises:
         KeyError: an unknown name.
@@ -134,6 +134,8 @@ def render(record: dict[str, Any], name: str) -> str:
         return _fmt(_seconds(classroom, stem))
     if name == "load":
         return "; ".join(f"{k}: {_load(record.get(k))}" for k in SETTINGS)
+    if name.startswith("load-") and name[5:] in SETTINGS:
+        return _load(record.get(name[5:]))
     if name.startswith("nb-"):
         stem = name[3:]
         room = _seconds(classroom, stem)
