@@ -6,8 +6,9 @@ tokenizer is trained on the real warm-start transcripts (``transcript_texts`` of
 of the train split, never on test tasks), and the model is a real ``Qwen3ForCausalLM``.
 
 Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
-that merges may cross spaces and punctuation; three special tokens ``<|endoftext|>`` (pad),
-``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
+that merges may cross spaces and punctuation (``model.split_digits`` and
+``model.split_capitalized`` isolate digits and capitalized words, drills levers); three special
+tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
 ``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
 fingerprint of (recipe, vocabulary size, corpus).
 
@@ -101,12 +102,10 @@ def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False
         A ``PreTrainedTokenizerFast`` with ``CHAT_TEMPLATE``, eos ``<|im_end|>``, pad
         ``<|endoftext|>``, left padding. Deterministic for the same inputs.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    from tokenizers import Regex
-
     steps = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
     if split_capitalized:
         steps.append(pre_tokenizers.Split(Regex(r"\p{Lu}\p{Ll}+"), "isolated"))

@@ -75,8 +75,7 @@ def sha256(path: str | Path) -> str:
 
 RECIPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
                  "context_window", "split_digits", "split_capitalized", "pretrain_steps",
-                 "pretrain_seed",
-                 "pretrain_schedule")
+                 "pretrain_seed", "pretrain_schedule")
 """The config fields a base was built with (its manifest's ``recipe``): ``cfg.model``'s, and the
 ``pretrain_*`` ones of ``cfg.study`` (the drills study's copy warm-up)."""
 
