@@ -92,6 +92,9 @@ def test_rehearsal_lines_say_a_leak_and_a_tie():
     assert lines["Is this a measurement of rehearsal's effect?"].startswith("1 tasks, one run")
     assert lines["Did choosing among imagined attempts cut the failed real calls?"] == (
         "N = 0: 0.00 failed real calls per episode; no configuration had fewer")
+    curve["rules N=1"] = [row(0.0, leaked=3)]
+    assert dict(rehearsal_lines(committed, curve, baseline=BASE))["What did rehearsal cost?"] \
+        .endswith("; and 3 real calls during rehearsal, a defect")
     with pytest.raises(KeyError):
         rehearsal_lines(committed, curve, baseline="N = 0")
 

@@ -56,8 +56,8 @@ def rehearsal_lines(committed: Mapping[str, Rows], curve: Mapping[str, Rows], *,
             ``rehearsal_real_calls``, ``rehearse_outputs`` (imagined observations) and
             ``memory_tokens``. The first three answers read these rows only.
         curve: ``{configuration label: rows}`` of the select curve and its controls (section 7),
-            with ``reward``, ``failed_real_calls`` and ``generated_tokens``; the last four
-            answers read these rows only.
+            with ``reward``, ``failed_real_calls``, ``generated_tokens`` and
+            ``rehearsal_real_calls``; the last four answers read these rows only.
         baseline: the label of N = 0 in ``curve``.
         min_tasks: below this many tasks per configuration the table says the run is a picture
             of the mechanism, not a measurement.
@@ -125,9 +125,12 @@ def rehearsal_lines(committed: Mapping[str, Rows], curve: Mapping[str, Rows], *,
                      + ", ".join(label for label, v in others.items() if v == low) + ")")))
     cost = {label: _mean(rs, "generated_tokens") for label, rs in curve.items()}
     dearest = max(cost, key=lambda label: cost[label])
+    leaked_curve = _total([r for rs in curve.values() for r in rs], "rehearsal_real_calls")
     lines.append(("What did rehearsal cost?",
                   f"{cost[baseline]:.0f} generated tokens per episode at N = 0, up to "
-                  f"{cost[dearest]:.0f} ({dearest}); no real call"))
+                  f"{cost[dearest]:.0f} ({dearest}); "
+                  + ("no real call" if not leaked_curve else
+                     f"and {leaked_curve:.0f} real calls during rehearsal, a defect")))
     tasks = len(curve[baseline])
     lines.append(("Is this a measurement of rehearsal's effect?",
                   f"no: {tasks} task(s), one run each, a picture of the mechanism; the measured "
