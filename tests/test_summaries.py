@@ -158,7 +158,7 @@ def scripted_policy(tok):
     return answer
 
 
-def run_whole(name: str, params: dict, monkeypatch) -> dict:
+def run_whole(name: str, params: dict) -> dict:
     """Every code cell of a notebook from its parameters cell on, in one namespace, with the
     parameters overridden (papermill's way) and magics skipped."""
     import matplotlib
@@ -183,7 +183,7 @@ def test_notebook_05_summary_states_its_own_run(tmp_path, monkeypatch):
     monkeypatch.setattr(generation, "HFGenerator",
                         lambda model, tok, seed=0: ScriptedGenerator(scripted_policy(tok), tok))
     ns = run_whole("05_private_rehearsal", {"profile": "smoke", "run_dir": str(tmp_path),
-                                            "select_ns": "1,2"}, monkeypatch)
+                                            "select_ns": "1,2"})
     lines, by_mode, controls = dict(ns["saw"]), ns["by_mode"], ns["controls"]
     assert by_mode["tool calls"].sum() > 0 and by_mode["imagined observations"].sum() > 0
     assert lines["Did an imagined attempt reach the real environment?"] == (
@@ -234,7 +234,7 @@ def test_notebook_04_summary_states_its_own_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_mod, "train", scripted_train)
     ns = run_whole("04_training_with_trl", {"profile": "smoke", "run_dir": str(tmp_path),
-                                            "steps": 2, "modes": "shared"}, monkeypatch)
+                                            "steps": 2, "modes": "shared"})
     lines, own = dict(ns["saw"]), ns["rows_own"]
     calls = sum(r["tool_calls"] for r in own)
     assert calls > 0
