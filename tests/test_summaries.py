@@ -15,10 +15,11 @@ import re
 import nbformat
 import pytest
 
-from envace_lite import protocol
 from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite.course.summaries import rehearsal_lines, training_lines
 from envace_lite.llm.scripted import ScriptedGenerator
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.types import ToolCall
 
 
@@ -146,12 +147,12 @@ def scripted_policy(tok):
             tools = re.search(r"<tools>\n(.*?)</tools>", text, re.S)[1]
             if "get_order_details" not in tools:  # another suite: its first tool, no arguments
                 name = re.search(r'"name": "(\w+)"|^\s*(\w+)\(', tools, re.M)
-                return protocol.assistant_text([ToolCall(name[1] or name[2], {})])
+                return assistant_text([ToolCall(name[1] or name[2], {})])
             ids = re.findall(r"#?W\d{7}", text)
             order = "#" + ids[-1].lstrip("#") if ids else "#W0000000"
-            return protocol.assistant_text([ToolCall("get_order_details", {"order_id": order})])
+            return assistant_text([ToolCall("get_order_details", {"order_id": order})])
         if role == "rehearse":
-            return protocol.rehearsal_text('{"order_id": "#W0000001", "status": "pending"}')
+            return rehearsal_text('{"order_id": "#W0000001", "status": "pending"}')
         if role == "feedback":
             return "<assessment>The call reads the order.</assessment><revision>Keep it.</revision>"
         return "<memory>Read the order with its '#' first.</memory>"
