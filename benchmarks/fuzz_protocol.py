@@ -98,7 +98,7 @@ class World:
     """Per suite and rendering: the first test task and, per tokenizer, its ACT prompt ids."""
 
     def __init__(self, suites: list[str], tokenizers: list[str]) -> None:
-        from envace_lite import protocol as P
+        from envace_lite.protocol.prompts import act_messages
         from envace_lite.envs.tasks import load_tasks
         from envace_lite.llm.generation import chat_ids
         from envace_lite.config import get_config
@@ -112,7 +112,7 @@ class World:
             for r in RENDERINGS:
                 task = load_tasks(s, "test", r, limit=1)[0]
                 self.tasks[s, r] = task
-                msgs = P.act_messages(task.messages, task.tools, r, 600, [])
+                msgs = act_messages(task.messages, task.tools, r, 600, [])
                 for p, tok in self.toks.items():
                     self.prefix[s, r, p] = len(chat_ids(tok, msgs))
 
@@ -126,6 +126,12 @@ def run_path(world: World, suite: str, rendering: str, act: str, rehearse: str,
         decoded ACT output parsed as calls) and ``crash`` (``"stage: Type: message"`` or "").
     """
     from envace_lite import protocol as P
+    from envace_lite.protocol.prompts import (
+        assistant_text,
+        call_json,
+        tool_response_message,
+    )
+    from envace_lite.protocol.rehearse_prompt import rehearse_messages
     from envace_lite.protocol.fuzz import decoded
     from envace_lite.llm.generation import chat_ids
     from envace_lite.core.rollout import rehearsal_observation
@@ -150,11 +156,11 @@ def run_path(world: World, suite: str, rendering: str, act: str, rehearse: str,
                 stats["act_violations"][violation_kind(v)] += 1
         stage = "render"
         for c in calls:
-            P.call_json(c).encode("utf-8")
+            call_json(c).encode("utf-8")
             json.dumps(c.to_dict(), ensure_ascii=False).encode("utf-8")
-        reply = P.assistant_text(calls, parsed.text if parsed.kind == "final" else "")
+        reply = assistant_text(calls, parsed.text if parsed.kind == "final" else "")
         reply.encode("utf-8")
-        pending = [P.tool_response_message([obs] * len(calls))] if calls else []
+        pending = [tool_response_message([obs] * len(calls))] if calls else []
         for m in pending:
             m["content"].encode("utf-8")
         history = [{"role": m["role"], "content": m["content"]} for m in task.messages
@@ -174,8 +180,8 @@ def run_path(world: World, suite: str, rendering: str, act: str, rehearse: str,
                 return len(tok.encode(s, add_special_tokens=False))
 
             for c in calls:
-                rp = P.rehearse_messages(tools, None, history, c, count, REHEARSE_BUDGET,
-                                         rendering)
+                rp = rehearse_messages(tools, None, history, c, count, REHEARSE_BUDGET,
+                                       rendering)
                 for m in rp.messages:
                     m["content"].encode("utf-8")  # strict: a lone surrogate raises here
                 n = len(chat_ids(tok, rp.messages))

@@ -139,7 +139,7 @@ def with_threads(n: int, fn: Any) -> Any:
 
 def compact_lever(rows: int, repeats: int) -> dict[str, Any]:
     """The ``compact_decode`` lever (see the module docstring)."""
-    from envace_lite import protocol
+    from envace_lite.protocol.rehearse_prompt import rehearse_messages
     from envace_lite.config import get_config
     from envace_lite.llm.generation import HFGenerator, chat_ids, token_counter
     from envace_lite.models.load import load_policy
@@ -150,7 +150,7 @@ def compact_lever(rows: int, repeats: int) -> dict[str, Any]:
     suite, rc = cfg.grpo.suites[0], cfg.rollout
     pairs, _ = collect_pairs([suite], "train", rows, ("gold",), grounded=True)
     count = token_counter(tok)
-    prompts = [chat_ids(tok, protocol.rehearse_messages(
+    prompts = [chat_ids(tok, rehearse_messages(
         p.tools, p.grounding, p.history, p.call, count, rc.max_prompt_tokens,
         rc.rendering).messages) for p in pairs[:rows]]
     gens = {c: HFGenerator(model, tok, batch_size=rows, compact=c) for c in (False, True)}

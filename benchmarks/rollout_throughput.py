@@ -91,6 +91,8 @@ def naive_rollout(task: Any, gen: Any, tokenizer: Any, cfg: Any) -> list[str]:
         The generated texts in order (ACT, its REHEARSE calls, next ACT, ...).
     """
     from envace_lite import protocol
+    from envace_lite.protocol.prompts import act_messages, tool_response_message
+    from envace_lite.protocol.rehearse_prompt import rehearse_messages
     from envace_lite.llm.generation import chat_ids
     from envace_lite.core.rollout import TERMINAL_TOOLS, rehearsal_observation
 
@@ -111,7 +113,7 @@ def naive_rollout(task: Any, gen: Any, tokenizer: Any, cfg: Any) -> list[str]:
         return out.text
 
     for _ in range(rc.max_turns):
-        prompt = chat_ids(tokenizer, protocol.act_messages(
+        prompt = chat_ids(tokenizer, act_messages(
             task.messages, task.tools, rc.rendering, rc.compact_policy_chars, history))
         if len(prompt) > rc.max_prompt_tokens:
             break
@@ -137,13 +139,13 @@ def naive_rollout(task: Any, gen: Any, tokenizer: Any, cfg: Any) -> list[str]:
             calls.append(call)
         observations = []
         for call in calls:
-            rp = protocol.rehearse_messages(task.tools, grounding, plain, call, count,
-                                            rc.max_prompt_tokens, rc.rendering)
+            rp = rehearse_messages(task.tools, grounding, plain, call, count,
+                                   rc.max_prompt_tokens, rc.rendering)
             observations.append(rehearsal_observation(
                 one(chat_ids(tokenizer, rp.messages), "rehearse", rc.max_new_tokens_rehearse))[0])
         if len(calls) < len(parsed.calls) or not observations:
             break
-        msg = protocol.tool_response_message(observations)
+        msg = tool_response_message(observations)
         history.append(msg)
         plain.append(msg)
     return texts

@@ -58,7 +58,7 @@ def scripted_policy(tokenizer: Any, call: dict[str, Any], k: int, filler: int = 
     import itertools
     import json
 
-    from envace_lite import protocol
+    from envace_lite.protocol.rehearse_prompt import rehearsal_text
     from envace_lite.llm.scripted import ScriptedGenerator
 
     counter = itertools.count()
@@ -68,7 +68,7 @@ def scripted_policy(tokenizer: Any, call: dict[str, Any], k: int, filler: int = 
             obs = OBSERVATION.format(j=next(counter) % k)
             if filler:
                 obs = obs[:-1] + ', "log": "' + " ".join(["entry"] * filler) + '"}'
-            return protocol.rehearsal_text(obs)
+            return rehearsal_text(obs)
         return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
     return ScriptedGenerator(text, tokenizer)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import get_config
 from envace_lite.envs.tasks import load_tasks
 from envace_lite.llm.scripted import ScriptedGenerator
@@ -36,9 +37,9 @@ from envace_lite.types import ToolCall
 
 TINY = {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 4,
         "model.intermediate_size": 64, "rollout.grounding_drop_p": 0.0}
-GOOD = protocol.assistant_text([ToolCall("cd", {"folder": "document"})])
-BAD = protocol.assistant_text([ToolCall("cd", {"folder": "nowhere"})])
-RESULT = protocol.rehearsal_text('{"current_working_directory": "document"}')
+GOOD = assistant_text([ToolCall("cd", {"folder": "document"})])
+BAD = assistant_text([ToolCall("cd", {"folder": "nowhere"})])
+RESULT = rehearsal_text('{"current_working_directory": "document"}')
 STOP_EARLY = "[stop-early]"
 
 

@@ -20,7 +20,7 @@ import copy
 import pytest
 from test_notebooks import exec_build_cells
 
-from envace_lite import protocol
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import get_config
 from envace_lite.course.helpers import NOTEBOOKS_DIR, gold_script
 from envace_lite.envs.tasks import build_task
@@ -103,8 +103,8 @@ def test_the_notebook_check_cell_cases(built):
     """The perfect world model (scripted in both roles) and the real observations."""
     ns = built
     make = lambda: ScriptedGenerator(
-        {"act": ns["FIG7_ACT"], "rehearse": [protocol.rehearsal_text("Error: Order not found"),
-                                             protocol.rehearsal_text("{}")]}, ns["tok"])
+        {"act": ns["FIG7_ACT"], "rehearse": [rehearsal_text("Error: Order not found"),
+                                             rehearsal_text("{}")]}, ns["tok"])
     cfg = copy.deepcopy(ns["fig7_cfg"])
     cfg.rollout.max_new_tokens_rehearse = 64
     mine, traj = both(ns, make, cfg)

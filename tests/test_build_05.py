@@ -16,6 +16,8 @@ import pytest
 
 from envace_lite.course.helpers import NOTEBOOKS_DIR
 from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages, assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.protocol import prompts
 from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
@@ -67,12 +69,12 @@ def ns(tmp_path_factory):
 DRILL_SCRIPT = {
     # the two imagined attempts (the id as typed, then with '#'), then the committed call and
     # the committed answer (a second ACT turn, on the extended token history)
-    "act": [protocol.assistant_text([ToolCall("get_order_details", {"order_id": "W3220203"})]),
-            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
-            protocol.assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
+    "act": [assistant_text([ToolCall("get_order_details", {"order_id": "W3220203"})]),
+            assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
+            assistant_text([ToolCall("get_order_details", {"order_id": "#W3220203"})]),
             "Your order #W3220203 is processed."],
-    "rehearse": [protocol.rehearsal_text("Error: Order not found"),
-                 protocol.rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')],
+    "rehearse": [rehearsal_text("Error: Order not found"),
+                 rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')],
     "feedback": ["<assessment>The id lacks its '#'.</assessment><revision>Add the '#'.</revision>",
                  "<assessment>Right id.</assessment><revision>Keep it.</revision>"],
     "memory": ["<memory>Order ids are stored with '#': call get_order_details with #W3220203."
@@ -128,10 +130,10 @@ def test_hand_rehearsal_equals_run_committed_token_for_token(ns):
     tok, cfg = ns["tok"], ns["hand_cfg"]
 
     def ids(history):
-        return chat_ids(tok, protocol.act_messages(ep.messages, ep.env.tool_schemas(),
-                                                   cfg.rollout.rendering,
-                                                   cfg.rollout.compact_policy_chars, history),
-                        add_generation_prompt=False)
+        return chat_ids(tok, act_messages(ep.messages, ep.env.tool_schemas(),
+                                          cfg.rollout.rendering,
+                                          cfg.rollout.compact_policy_chars, history),
+               add_generation_prompt=False)
 
     assert ep.history == ns["history"]
     assert ids(ep.history) == ids(ns["history"])

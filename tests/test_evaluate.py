@@ -6,6 +6,7 @@ import json
 import pytest
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
 from envace_lite.config import get_config
 from envace_lite.envs import make_env
 from envace_lite.testtime.episode import Episode
@@ -33,7 +34,7 @@ def test_scripted_gold_policy_scores_one_on_bfcl(tokenizer):
     script = []
     for turn in env.gold_turns():
         for step in turn.steps:
-            script.append(protocol.assistant_text(step))
+            script.append(assistant_text(step))
         script.append("Done.")
     env.close()
     ep = _episode(suite, tid)

@@ -9,7 +9,8 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.cli.main import app
 from envace_lite.config import get_config
 from envace_lite.course.eval_figures import plot_budget_sweep
@@ -103,8 +104,8 @@ def scripted_policy(tok):
             last = tok.decode(prompt).rsplit("<|im_start|>user\n", 1)[-1]
             if last.startswith("<tool_response>"):
                 return "Done."
-            return protocol.assistant_text([ToolCall("ls", {})])
-        return {"rehearse": protocol.rehearsal_text('{"current_directory_content": []}'),
+            return assistant_text([ToolCall("ls", {})])
+        return {"rehearse": rehearsal_text('{"current_directory_content": []}'),
                 "feedback": "<assessment>fine</assessment><revision>none</revision>",
                 "memory": "<memory>ls first</memory>"}[role]
     return Policy(ScriptedGenerator(fn, tok), tok, "scripted")

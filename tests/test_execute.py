@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages, assistant_text, tool_response_message
 from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
 from envace_lite.config import get_config
@@ -38,7 +38,7 @@ def gold_script(task) -> list[str]:
     """ACT texts: each user turn's gold calls in one reply, then "Done."."""
     script = []
     for calls in task.gold_calls:
-        script += [protocol.assistant_text([ToolCall(c["name"], c["arguments"]) for c in calls]),
+        script += [assistant_text([ToolCall(c["name"], c["arguments"]) for c in calls]),
                    "Done."]
     return script
 
@@ -69,8 +69,8 @@ def test_committed_act_prompts_equal_training_act_prompts(task, template):
 
     # what the old committed loop did, re-rendering the history as text, differs under Qwen3:
     # its template drops the empty think block of the earlier ACT reply
-    obs = protocol.tool_response_message([s.observation for s in traj.steps if s.turn == 0])
-    rerendered = chat_ids(tok, protocol.act_messages(
+    obs = tool_response_message([s.observation for s in traj.steps if s.turn == 0])
+    rerendered = chat_ids(tok, act_messages(
         task.messages, task.tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars,
         [{"role": "assistant", "content": script[0]}, obs]))
     if template == "qwen3":

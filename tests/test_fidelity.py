@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import get_config
 from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
@@ -104,7 +105,7 @@ def test_gold_replay_reproduces_the_grounding(suite):
 def _gold_script(suite, tid):
     env = make_env(suite, tid)
     script = [x for t in env.gold_turns()
-              for x in [protocol.assistant_text(s) for s in t.steps] + ["Done."]]
+              for x in [assistant_text(s) for s in t.steps] + ["Done."]]
     env.close()
     return script
 
@@ -117,7 +118,7 @@ def test_audit_on_held_out_pairs_across_tau2_and_bfcl(tok, tmp_path):
 
     def fn(role, prompt):
         if role == "rehearse":
-            return protocol.rehearsal_text("{}")
+            return rehearsal_text("{}")
         text = tok.decode(prompt)
         suite = "bfcl-base" if "GorillaFileSystem" in text or "analysis_report" in text \
             else "tau2-telecom"
@@ -154,7 +155,7 @@ def test_audit_on_held_out_pairs_across_tau2_and_bfcl(tok, tmp_path):
 def test_oracle_rehearsal_scores_exact(tok):
     """A REHEARSE that writes the real o_t scores 1.0 on exact match and field P/R."""
     pairs, _ = collect_pairs(["bfcl-base"], "test", 1, ("gold",))
-    gen = ScriptedGenerator({"rehearse": [protocol.rehearsal_text(p.real.content)
+    gen = ScriptedGenerator({"rehearse": [rehearsal_text(p.real.content)
                                           for p in pairs]}, tok)
     rehearse_pairs(pairs, gen, tok, cfg_())
     m = aggregate([{**p.metrics, "parse_ok": p.parse_ok} for p in pairs])
@@ -192,7 +193,7 @@ def test_upper_bound_rehearses_the_same_pairs_again_without_grounding(tok):
     def fn(role, prompt):
         bare = "for this task\n<unavailable>" in tok.decode(prompt)  # the reference block
         prompts.append(bare)
-        return protocol.rehearsal_text('{"status": "pending"}' if bare else "{}")
+        return rehearsal_text('{"status": "pending"}' if bare else "{}")
 
     suite = "tau2-retail-drills"
     report = audit((ScriptedGenerator(fn, tok), tok), [suite], cfg_(), limit=2,
@@ -292,11 +293,11 @@ def test_audit_policy_source_reports_error_prediction_on_the_policys_own_calls(t
     the slip's error and the right call's record with the real status: recall 1 on
     ``missing_hash``, false-error rate 0 on ``none``, the lookup's status recalled."""
     suite = "tau2-retail-drills"
-    acts = iter([protocol.assistant_text([protocol_call("W3220203")]),
-                 protocol.assistant_text([protocol_call("#W3220203")]),
+    acts = iter([assistant_text([protocol_call("W3220203")]),
+                 assistant_text([protocol_call("#W3220203")]),
                  "Your order #W3220203 is processed."])
-    rehearsals = iter([protocol.rehearsal_text("Error: Order not found"),
-                       protocol.rehearsal_text('{"status": "processed"}')])
+    rehearsals = iter([rehearsal_text("Error: Order not found"),
+                       rehearsal_text('{"status": "processed"}')])
 
     def fn(role, prompt):
         return next(rehearsals) if role == "rehearse" else next(acts)

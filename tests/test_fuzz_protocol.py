@@ -27,6 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envace_lite import protocol as P
+from envace_lite.protocol.prompts import (
+    act_messages,
+    assistant_text,
+    call_json,
+    tool_response_message,
+)
+from envace_lite.protocol.rehearse_prompt import rehearse_messages
 from envace_lite.config import get_config
 from envace_lite.envs import all_suites, list_tasks, make_env
 from envace_lite.protocol.fuzz import act_outputs, rehearse_outputs
@@ -77,9 +84,9 @@ def check_path(world, suite: str, act: str, rehearse: str, rendering: str) -> No
     parsed = P.parse_act(text, tools)
     calls = parsed.calls if parsed.kind == "calls" else []
     for c in calls:
-        P.call_json(c).encode("utf-8")
+        call_json(c).encode("utf-8")
         json.dumps(c.to_dict(), ensure_ascii=False).encode("utf-8")
-    P.assistant_text(calls, parsed.text if parsed.kind == "final" else "").encode("utf-8")
+    assistant_text(calls, parsed.text if parsed.kind == "final" else "").encode("utf-8")
     if env.done:
         env.close()
         ctx["env"] = env = make_env(suite, ctx["id"], **ctx["kw"])
@@ -89,18 +96,18 @@ def check_path(world, suite: str, act: str, rehearse: str, rendering: str) -> No
     P.parse_rehearsal(rehearse)
     history = [{"role": "assistant", "content": text}]
     if calls:
-        history.append(P.tool_response_message([*observations, obs]))
+        history.append(tool_response_message([*observations, obs]))
     plain = [{"role": m["role"], "content": m["content"]} for m in ctx["messages"]
              if m["role"] != "system"]
     for tok in world["toks"].values():
-        act_prompt = P.act_messages(ctx["messages"], tools, rendering, 600, history)
+        act_prompt = act_messages(ctx["messages"], tools, rendering, 600, history)
         assert _tokenize(tok, act_prompt) > 0
 
         def count(s: str, tok=tok) -> int:
             return len(tok.encode(s, add_special_tokens=False))
 
         for c in calls:
-            rp = P.rehearse_messages(tools, None, plain + history[:1], c, count, 12000, rendering)
+            rp = rehearse_messages(tools, None, plain + history[:1], c, count, 12000, rendering)
             assert _tokenize(tok, rp.messages) > 0
     world["ran"]["examples"] += 1
     progress = os.environ.get("FUZZ_PROGRESS")  # the long run reports its count as it goes

@@ -85,7 +85,7 @@ def test_micro_model_is_deterministic(micro_cfg, small_corpus):
 def test_micro_profile_policy_and_budget(micro_cfg):
     """The cached profile tokenizer: 4,096 ids; training rows average at most 512 tokens and all
     fit the SFT max length; held-out (test) first ACT prompts, never in its corpus, too."""
-    from envace_lite import protocol
+    from envace_lite.protocol.prompts import act_messages
     from envace_lite.core.task_split import heldout_tasks
 
     tok = micro_tokenizer(micro_cfg)
@@ -98,7 +98,7 @@ def test_micro_profile_policy_and_budget(micro_cfg):
     assert sum(act) / len(act) <= 512 and sum(reh) / len(reh) <= 512
     assert max(act + reh) <= micro_cfg.warmstart.max_length <= micro_cfg.model.context_window
     rc = micro_cfg.rollout
-    held = [len(chat_ids(tok, protocol.act_messages(t.messages, t.tools, rc.rendering,
+    held = [len(chat_ids(tok, act_messages(t.messages, t.tools, rc.rendering,
                                                    rc.compact_policy_chars, [])))
             for t in heldout_tasks(micro_cfg, 10)]
     assert len(held) == 10 and max(held) <= 512

@@ -13,11 +13,10 @@ of the package with ``ast`` and fails when
   after ``import M as m`` / ``from pkg import m``; patching ``m.name``, by assignment or
   ``setattr(m, "name", ...)``, replaces ``M``'s own binding and is allowed).
 
-Exception: the ``__init__.py`` of a sub-package (``envace_lite/envs``, ``cli``, ``protocol``...)
-may re-export its own sub-package's names (``protocol`` is the facade of the text protocol). It
-may not re-export a name whose home is outside its sub-package, and a name it re-exports must
-not be re-exported by any other module too (``test_a_sub_package_name_is_re_exported_once``).
-Each failure names the module, the name, its home and where it is listed or imported.
+There is no exception for a sub-package's ``__init__.py``: ``envace_lite.protocol`` defines the
+parsers, and the prompts, tags and JSON helpers are imported from ``protocol.prompts``,
+``protocol.tags`` and ``protocol.json_text``, never through it. Each failure names the module,
+the name, its home and where it is listed or imported.
 """
 from __future__ import annotations
 
@@ -38,7 +37,6 @@ class Module:
 
     name: str
     path: Path
-    is_subpackage_init: bool
     defines: set[str] = field(default_factory=set)
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local -> (module, name)
     all: list[str] | None = None
@@ -88,7 +86,7 @@ def package_modules(root: Path = ROOT) -> dict[str, Module]:
     for path in sorted((root / PACKAGE).rglob("*.py")):
         name = _module_name(path, root)
         is_init = path.name == "__init__.py"
-        mod = Module(name, path, is_init and name != PACKAGE)
+        mod = Module(name, path)
         for node in _top_level(ast.parse(path.read_text(), str(path)).body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 mod.defines.add(node.name)
@@ -137,15 +135,11 @@ def home(mods: dict[str, Module], module: str, name: str) -> str | None:
 
 
 def reexported_home(mods: dict[str, Module], module: str, name: str) -> str | None:
-    """``name``'s home when ``module`` only imports it from another package module, else None.
-    A sub-package ``__init__`` may hold names of its own sub-package (None for those)."""
+    """``name``'s home when ``module`` only imports it from another package module, else None."""
     mod = mods.get(module)
     if mod is None or name not in mod.imports:
         return None
-    where = home(mods, module, name) or ".".join(mod.imports[name])
-    if mod.is_subpackage_init and where.startswith(module + "."):
-        return None
-    return where
+    return home(mods, module, name) or ".".join(mod.imports[name])
 
 
 def caller_sources(root: Path = ROOT) -> list[tuple[str, str]]:
@@ -235,59 +229,27 @@ def reexport_problems(root: Path = ROOT) -> list[str]:
             for (m, n, h), w in sorted(reexports(root).items())]
 
 
-def subpackage_reexports(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
-    """``{(home, name): {init, ...}}``: the names each sub-package ``__init__`` re-exports from
-    its own sub-package (those in its ``__all__``; without ``__all__``, every such name it
-    imports)."""
-    mods = package_modules(root)
-    out: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for mod in mods.values():
-        if not mod.is_subpackage_init:
-            continue
-        for name in (mod.all if mod.all is not None else list(mod.imports)):
-            where = home(mods, mod.name, name) if name in mod.imports else None
-            if where and where.startswith(mod.name + "."):
-                out[(where, name)].add(mod.name)
-    return out
-
-
-def sub_package_duplicates(root: Path = ROOT) -> list[str]:
-    """One line per name that a sub-package ``__init__`` and another module both re-export."""
-    by = {key: set(inits) for key, inits in subpackage_reexports(root).items()}
-    for (module, name, where), _ in reexports(root).items():
-        if (where, name) in by:
-            by[(where, name)].add(module)
-    return [f"{name} (home: {where}) is re-exported by {', '.join(sorted(ms))}"
-            for (where, name), ms in sorted(by.items()) if len(ms) > 1]
-
-
 def test_every_name_is_imported_from_its_home():
     problems = reexport_problems()
     assert not problems, (f"{len(problems)} re-exported names; import each from its home and "
                           "drop it from the re-exporting module:\n" + "\n".join(problems))
 
 
-def test_a_sub_package_name_is_re_exported_once():
-    """A name that a sub-package ``__init__`` re-exports is re-exported by no other module: no
-    other ``__init__``, no other ``__all__``, no module that a caller gets it from."""
-    problems = sub_package_duplicates()
-    assert not problems, "\n".join(problems)
-
-
 def test_the_checker_finds_a_re_export(tmp_path):
     """The walk itself, on a made-up package: a module that imports a name and lists it in
     ``__all__``, a caller that imports a name from it or reads one as its attribute, and a
-    second re-export of a sub-package's name are reported with module, name and home; the
-    sub-package facade and a patched attribute are not."""
+    sub-package ``__init__`` that lists its own sub-package's name are reported with module,
+    name and home; a name an ``__init__`` imports for its own use and a patched attribute are
+    not."""
     pkg = tmp_path / PACKAGE
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "home.py").write_text("VALUE = 1\n\ndef f():\n    return VALUE\n")
     (pkg / "relay.py").write_text("from envace_lite.home import VALUE, f\n\n"
                                   "__all__ = ['VALUE', 'g']\n\ndef g():\n    return f()\n")
-    (pkg / "sub" / "__init__.py").write_text("from envace_lite.sub.inner import X\n"
-                                             "__all__ = ['X']\n")
-    (pkg / "sub" / "inner.py").write_text("X = 2\n")
+    (pkg / "sub" / "__init__.py").write_text("from envace_lite.sub.inner import X, Y\n"
+                                             "__all__ = ['X']\n\ndef own():\n    return Y\n")
+    (pkg / "sub" / "inner.py").write_text("X = 2\nY = 3\n")
     (pkg / "other.py").write_text("from envace_lite.sub.inner import X\n__all__ = ['X']\n")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(
@@ -295,11 +257,12 @@ def test_the_checker_finds_a_re_export(tmp_path):
         "from envace_lite import relay\nrelay.VALUE\n")
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "b.py").write_text(
-        "from envace_lite import relay\nreal = relay.f\nrelay.f = lambda: 0\n")
+        "from envace_lite import relay\nreal = relay.f\nrelay.f = lambda: 0\n"
+        "from envace_lite import sub\nsub.X\nsub.own()\n")
     assert reexport_problems(tmp_path) == [
         "envace_lite.other: X (home: envace_lite.sub.inner) -- __all__ of envace_lite/other.py",
         "envace_lite.relay: VALUE (home: envace_lite.home) -- __all__ of envace_lite/relay.py, "
         "tests/test_x.py:4 (attribute)",
-        "envace_lite.relay: f (home: envace_lite.home) -- tests/test_x.py:1"]
-    assert sub_package_duplicates(tmp_path) == [
-        "X (home: envace_lite.sub.inner) is re-exported by envace_lite.other, envace_lite.sub"]
+        "envace_lite.relay: f (home: envace_lite.home) -- tests/test_x.py:1",
+        "envace_lite.sub: X (home: envace_lite.sub.inner) -- __all__ of envace_lite/sub/__init__.py, "
+        "benchmarks/b.py:5 (attribute), tests/test_x.py:2"]

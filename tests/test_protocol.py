@@ -9,6 +9,24 @@ import json
 import pytest
 
 from envace_lite import protocol as P
+from envace_lite.protocol.prompts import (
+    COMPACT_DESC_CHARS,
+    POLICY_TRUNCATED,
+    act_messages,
+    act_system_prompt,
+    assistant_text,
+    compact_signature,
+    policy_excerpt,
+    render_tools,
+    tool_response_message,
+)
+from envace_lite.protocol.rehearse_prompt import (
+    REHEARSE_SYSTEM,
+    UNAVAILABLE,
+    rehearsal_text,
+    rehearse_messages,
+)
+from envace_lite.protocol.tags import strip_think
 from envace_lite.protocol import ErrorCode as E
 from envace_lite.types import Observation, ToolCall
 
@@ -166,14 +184,14 @@ def test_parse_act_details():
 
 
 def test_strip_think():
-    assert P.strip_think("a<think>b</think>c<think>d</think>e") == ("ace", True)
-    assert P.strip_think("x</think>y") == ("y", True)
-    assert P.strip_think("a<think>b") == ("a", False)
-    assert P.strip_think("<think>a</think>b</think>c") == ("bc", True)
+    assert strip_think("a<think>b</think>c<think>d</think>e") == ("ace", True)
+    assert strip_think("x</think>y") == ("y", True)
+    assert strip_think("a<think>b") == ("a", False)
+    assert strip_think("<think>a</think>b</think>c") == ("bc", True)
 
 
 # (id, text, ok, code, content, is_json, is_error)
-R = P.rehearsal_text
+R = rehearsal_text
 REHEARSAL_CASES = [
     ("json_ok", R('{"temp": 20}'), True, E.NONE, '{"temp": 20}', True, False),
     ("think_then_result", "<think>valid call</think>" + R('{"temp": 20}'), True, E.NONE,
@@ -231,7 +249,7 @@ def test_parse_rehearsal_table(text, ok, code, content, is_json, is_error):
     ([], "Just an answer."),
 ])
 def test_round_trip(calls, text):
-    p = P.parse_act(P.assistant_text(calls, text), TOOLS)
+    p = P.parse_act(assistant_text(calls, text), TOOLS)
     assert p.kind == ("calls" if calls else "final")
     assert [(c.name, c.arguments) for c in p.calls] == [(c.name, c.arguments) for c in calls]
     assert p.text == text.strip()
@@ -239,21 +257,21 @@ def test_round_trip(calls, text):
 
 def test_assistant_text_rejects_tags():
     with pytest.raises(ValueError, match="must not contain"):
-        P.assistant_text([], "see <tool_call>")
+        assistant_text([], "see <tool_call>")
     with pytest.raises(ValueError, match="must not contain"):
-        P.assistant_text([], "see <TOOL_CALLS>")
+        assistant_text([], "see <TOOL_CALLS>")
 
 
 def test_rehearsal_text_round_trip():
     for content in ['{"a": [1, 2]}', "Error: nope", "plain\nmulti-line text"]:
-        r = P.parse_rehearsal(P.rehearsal_text(content))
+        r = P.parse_rehearsal(rehearsal_text(content))
         assert r.ok and r.content == content
 
 
 def test_render_compact():
-    compact = P.render_tools(TOOLS, "compact")
-    full = P.render_tools(TOOLS, "full")
-    assert compact == P.render_tools(json.loads(json.dumps(TOOLS)), "compact")  # deterministic
+    compact = render_tools(TOOLS, "compact")
+    full = render_tools(TOOLS, "full")
+    assert compact == render_tools(json.loads(json.dumps(TOOLS)), "compact")  # deterministic
     assert compact.splitlines() == [
         'get_weather(city: string, units?: "c"|"f") - Get the current weather for a city.',
         ("book_flight(origin: string, destination: string, passengers?: integer, tags?: string[])"
@@ -263,42 +281,42 @@ def test_render_compact():
     assert len(compact) < len(full)
     assert [json.loads(line) for line in full.splitlines()] == TOOLS
     long_desc = {"type": "function", "function": {"name": "t", "description": "word " * 100}}
-    assert len(P.compact_signature(long_desc)) <= len("t() - ") + P.COMPACT_DESC_CHARS
+    assert len(compact_signature(long_desc)) <= len("t() - ") + COMPACT_DESC_CHARS
     with pytest.raises(ValueError, match="compact"):
-        P.render_tools(TOOLS, "tiny")
+        render_tools(TOOLS, "tiny")
 
 
 def test_act_system_prompt_and_messages():
     policy = "You are an airline agent. " + "Rule. " * 300
-    compact = P.act_system_prompt(policy, TOOLS, "compact", 100)
-    full = P.act_system_prompt(policy, TOOLS, "full", 100)
-    assert compact.startswith("You are an airline agent.") and P.POLICY_TRUNCATED in compact
-    assert compact.index(P.POLICY_TRUNCATED) <= 100 and policy.strip() in full
+    compact = act_system_prompt(policy, TOOLS, "compact", 100)
+    full = act_system_prompt(policy, TOOLS, "full", 100)
+    assert compact.startswith("You are an airline agent.") and POLICY_TRUNCATED in compact
+    assert compact.index(POLICY_TRUNCATED) <= 100 and policy.strip() in full
     for s in (compact, full):
         assert "<tools>\n" in s and "</tools>" in s and "<tool_call></tool_call>" in s
-    assert P.act_system_prompt("", TOOLS, "full", 10).startswith("# Tools")
+    assert act_system_prompt("", TOOLS, "full", 10).startswith("# Tools")
     task = [{"role": "system", "content": policy}, {"role": "user", "content": "Weather?"}]
     call = ToolCall("get_weather", {"city": "Paris"})
-    history = [{"role": "assistant", "content": P.assistant_text([call])},
-               P.tool_response_message([Observation('{"temp": 20}')]),
+    history = [{"role": "assistant", "content": assistant_text([call])},
+               tool_response_message([Observation('{"temp": 20}')]),
                {"role": "assistant", "content": "It is 20 C."}]
-    msgs = P.act_messages(task, TOOLS, "compact", 100, history)
+    msgs = act_messages(task, TOOLS, "compact", 100, history)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant"]
     assert msgs[0]["content"] == compact and msgs[1]["content"] == "Weather?"
     assert P.parse_act(msgs[2]["content"], TOOLS).calls[0].arguments == {"city": "Paris"}
     assert msgs[3]["content"] == "<tool_response>\n{\"temp\": 20}\n</tool_response>"
     with pytest.raises(ValueError, match="tool_response_message"):
-        P.act_messages(task, TOOLS, "full", 100, [{"role": "tool", "content": "x"}])
-    assert P.policy_excerpt(policy, 0) == ""
+        act_messages(task, TOOLS, "full", 100, [{"role": "tool", "content": "x"}])
+    assert policy_excerpt(policy, 0) == ""
 
 
 def test_tool_response_message():
-    m = P.tool_response_message([Observation("A"), Observation('{"b": 1}', error=True)])
+    m = tool_response_message([Observation("A"), Observation('{"b": 1}', error=True)])
     assert m == {"role": "user",
                  "content": "<tool_response>\nA\n</tool_response>\n"
                             "<tool_response>\n{\"b\": 1}\n</tool_response>"}
     with pytest.raises(ValueError):
-        P.tool_response_message([])
+        tool_response_message([])
 
 
 # ---- REHEARSE prompt and trimming, hand-checked with a whitespace word counter ----------------
@@ -321,22 +339,22 @@ CALL = ToolCall("get_weather", {"city": "Rome"})
 
 
 def rehearse(budget, grounding=GROUNDING):
-    return P.rehearse_messages(TOOLS, grounding, HISTORY, CALL, words, budget, "compact")
+    return rehearse_messages(TOOLS, grounding, HISTORY, CALL, words, budget, "compact")
 
 
 def test_rehearse_prompt_sections():
     p = rehearse(10**6)
     assert p.fits and p.grounding_dropped == p.history_omitted == 0
     system, user = p.messages
-    assert system == {"role": "system", "content": P.REHEARSE_SYSTEM}
-    assert P.render_tools(TOOLS, "compact") in user["content"]
+    assert system == {"role": "system", "content": REHEARSE_SYSTEM}
+    assert render_tools(TOOLS, "compact") in user["content"]
     assert all(t in user["content"] for t in ("OTHERA", "SAMEA", "OTHERB", "MSG0", "MSG5"))
     assert user["content"].index("## Current call") > user["content"].index("## Conversation")
     assert '"city": "Rome"' in user["content"] and "Schema of get_weather" in user["content"]
     assert p.n_tokens == words(system["content"]) + words(user["content"])
     hidden = rehearse(10**6, grounding=None).messages[1]["content"]
-    assert f"## Reference calls and real results for this task\n{P.UNAVAILABLE}\n" in hidden
-    unknown = P.rehearse_messages(TOOLS, None, [], ToolCall("nope", {}), words, 10**6, "full")
+    assert f"## Reference calls and real results for this task\n{UNAVAILABLE}\n" in hidden
+    unknown = rehearse_messages(TOOLS, None, [], ToolCall("nope", {}), words, 10**6, "full")
     assert "'nope' is not among the candidate tools" in unknown.messages[1]["content"]
     assert "(empty)" in unknown.messages[1]["content"]
 
@@ -371,8 +389,8 @@ def test_rehearse_trimming_order():
     p = rehearse(1)
     u = p.messages[1]["content"]
     assert not p.fits and p.history_omitted == 4 and p.n_tokens == full - 148 - 4 * 22 + 5
-    assert p.messages[0]["content"] == P.REHEARSE_SYSTEM
-    assert P.render_tools(TOOLS, "compact") in u and "MSG0" in u and "MSG5" in u
+    assert p.messages[0]["content"] == REHEARSE_SYSTEM
+    assert render_tools(TOOLS, "compact") in u and "MSG0" in u and "MSG5" in u
     assert '"city": "Rome"' in u
 
 

@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages, assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.protocol import prompts
 from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
@@ -27,7 +28,7 @@ from envace_lite.types import Observation, ToolCall
 BFCL = ("bfcl-base", "multi_turn_base_5")  # 4 scripted user turns
 RETAIL = ("tau2-retail-ticket", "17")  # ticket: change #W8665881's address to Suite 641
 OTHER_ORDER = "#W5918442"  # a pending order of another user, never named in task 17
-LS = protocol.assistant_text([ToolCall("ls", {})])
+LS = assistant_text([ToolCall("ls", {})])
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +82,10 @@ class Rehearser:
                 return f"FINAL-{k}"
             self.attempts += 1
             self.first_prompt[self.attempts] = text
-            return protocol.assistant_text([ToolCall("mkdir",
-                                                     {"dir_name": f"attempt_{self.attempts}"})])
+            return assistant_text([ToolCall("mkdir",
+                                            {"dir_name": f"attempt_{self.attempts}"})])
         if role == "rehearse":
-            return protocol.rehearsal_text('{"result": "created"}')
+            return rehearsal_text('{"result": "created"}')
         if role == "feedback":
             self.feedbacks += 1
             if self.feedback is not None:
@@ -212,7 +213,7 @@ def test_write_gate_refuses_unseen_id_and_passes_a_valid_write(tok):
 
     def fn(role, prompt):
         seen.append((ep.env.real_calls, ep.env._env.get_db_hash(), decode(tok, prompt)))
-        return [protocol.assistant_text([bad]), protocol.assistant_text([_address("#W8665881")]),
+        return [assistant_text([bad]), assistant_text([_address("#W8665881")]),
                 "Your order will be delivered to Suite 641."][len(seen) - 1]
 
     (row,) = run_committed(ScriptedGenerator(fn, tok), tok, [ep], cfg_())
@@ -249,7 +250,7 @@ def test_write_gate_lets_the_gold_replay_through(tok):
     """BFCL base 5's gold calls (mv, post_tweet, comment...) pass the gate and still score 1."""
     ep = episode(*BFCL, gate=True)
     script = [x for t in ep.env.gold_turns()
-              for x in [protocol.assistant_text(s) for s in t.steps] + ["Done."]]
+              for x in [assistant_text(s) for s in t.steps] + ["Done."]]
     cfg = cfg_(**{"eval.max_turns": 50, "rollout.max_new_tokens_act": 1024})
     (row,) = run_committed(ScriptedGenerator({"act": script}, tok), tok, [ep], cfg)
     assert row["reward"] == 1.0 and row["gated_calls"] == 0
@@ -311,8 +312,8 @@ def test_rehearsal_prompts_are_trimmed_to_the_budget(tok):
     """Long attempts are cut (then the tool list dropped) so FEEDBACK and MEMORY prompts fit; a
     sequential attempt whose context cannot fit stops before generating (``context_budget``)."""
     ep = episode(*BFCL)
-    first = chat_ids(tok, protocol.act_messages(ep.messages, ep.env.tool_schemas(), "compact",
-                                                600, []))
+    first = chat_ids(tok, act_messages(ep.messages, ep.env.tool_schemas(), "compact",
+                                       600, []))
     cfg = cfg_(**{"eval.max_turns": 1, "rollout.max_new_tokens_act": 200})
     cfg.rollout.max_prompt_tokens = budget = len(first) + 100
 
@@ -445,7 +446,7 @@ def test_calls_memory_reaches_the_committed_act_without_a_memory_prompt(tok):
                            rehearsal_generator=ScriptedGenerator(reh, tok))
     assert reh.memories == 0 and not any(role == "memory" for role, _, _ in reh.prompts)
     first = decode(tok, act.calls[0][1][0])
-    call1 = protocol.assistant_text([ToolCall("mkdir", {"dir_name": "attempt_1"})]).strip()
+    call1 = assistant_text([ToolCall("mkdir", {"dir_name": "attempt_1"})]).strip()
     assert prompts.memory_message(
         f"{prompts.CALLS_MEMORY_HEADER}\n{call1}")["content"] in first  # both attempts tie: the first
     assert "attempt_2" not in first

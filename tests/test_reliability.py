@@ -17,6 +17,10 @@ import pytest
 
 from envace_lite import paths
 from envace_lite import protocol as P
+from envace_lite.protocol.json_text import MAX_ARG_DEPTH, MAX_ARG_VALUES
+from envace_lite.protocol.prompts import assistant_text, call_json
+from envace_lite.protocol.rehearse_prompt import rehearse_messages
+from envace_lite.protocol.tags import TOOL_TAG_LIKE, strip_think
 from envace_lite.config import get_config
 from envace_lite.protocol import ErrorCode as E
 from envace_lite.types import ToolCall
@@ -50,10 +54,10 @@ def one_call(text: str) -> ToolCall:
 ])
 def test_lone_surrogate_is_escaped_with_a_violation(body):
     call = one_call(tc(body))
-    call_json = P.call_json(call)
-    call_json.encode("utf-8")  # the REHEARSE prompt and the tokenizer need valid UTF-8
-    P.assistant_text([call]).encode("utf-8")
-    assert "\\ud" in json.dumps(call.arguments) or "\\\\ud" in call_json
+    text = call_json(call)
+    text.encode("utf-8")  # the REHEARSE prompt and the tokenizer need valid UTF-8
+    assistant_text([call]).encode("utf-8")
+    assert "\\ud" in json.dumps(call.arguments) or "\\\\ud" in text
     assert any("surrogate" in v for v in call.violations), call.violations
     json.dumps(call.to_dict(), ensure_ascii=False).encode("utf-8")
 
@@ -73,7 +77,7 @@ def test_valid_surrogate_pair_is_kept():
 def test_surrogate_in_the_name_is_escaped():
     call = one_call(tc(r'{"name": "c\ud800d", "arguments": {}}'))
     assert call.name == "c\\ud800d"
-    P.call_json(call).encode("utf-8")
+    call_json(call).encode("utf-8")
     assert any("surrogate" in v for v in call.violations)
     assert any("unknown tool" in v for v in call.violations)
 
@@ -99,22 +103,22 @@ def test_deep_arguments_are_dropped_with_a_violation(depth):
     call = one_call(tc('{"name": "cd", "arguments": %s}' % _deep(depth)))
     assert call.arguments == {}
     assert call.violations == [
-        f"arguments dropped: nested more than {P.MAX_ARG_DEPTH} levels deep"]
+        f"arguments dropped: nested more than {MAX_ARG_DEPTH} levels deep"]
     call.to_dict()  # asdict recurses: the dropped arguments cannot blow the stack downstream
 
 
 def test_arguments_at_the_depth_bound_are_kept():
-    call = one_call(tc('{"name": "cd", "arguments": %s}' % _deep(P.MAX_ARG_DEPTH)))
+    call = one_call(tc('{"name": "cd", "arguments": %s}' % _deep(MAX_ARG_DEPTH)))
     assert call.arguments != {}
     assert not any("dropped" in v for v in call.violations)
 
 
 def test_huge_arguments_are_dropped_with_a_violation():
-    many = json.dumps({"folder": "a", "xs": list(range(P.MAX_ARG_VALUES))})
+    many = json.dumps({"folder": "a", "xs": list(range(MAX_ARG_VALUES))})
     call = one_call(tc('{"name": "cd", "arguments": %s}' % many))
     assert call.arguments == {}
-    assert call.violations == [f"arguments dropped: more than {P.MAX_ARG_VALUES} JSON values"]
-    fits = json.dumps({"folder": "a", "xs": list(range(P.MAX_ARG_VALUES - 3))})
+    assert call.violations == [f"arguments dropped: more than {MAX_ARG_VALUES} JSON values"]
+    fits = json.dumps({"folder": "a", "xs": list(range(MAX_ARG_VALUES - 3))})
     assert one_call(tc('{"name": "cd", "arguments": %s}' % fits)).arguments != {}
 
 
@@ -162,11 +166,11 @@ def test_think_tags_inside_an_execution_result_are_kept():
 
 def test_strip_think_rules_outside_calls_are_unchanged():
     w = tc('{"name": "cd", "arguments": {"folder": "a"}}')
-    assert P.strip_think(f"<think>{w}</think>x") == ("x", True)
-    assert P.strip_think(f"a<think>b {w}") == ("a", False)
-    assert P.strip_think(f"I may use <tool_call> here</think>{w}") == (w, True)
-    assert P.strip_think(f"{w}<think>more</think>!") == (w + "!", True)
-    assert P.strip_think("x</think>y</think>z") == ("yz", True)
+    assert strip_think(f"<think>{w}</think>x") == ("x", True)
+    assert strip_think(f"a<think>b {w}") == ("a", False)
+    assert strip_think(f"I may use <tool_call> here</think>{w}") == (w, True)
+    assert strip_think(f"{w}<think>more</think>!") == (w + "!", True)
+    assert strip_think("x</think>y</think>z") == ("yz", True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,8 +192,8 @@ def test_tag_scan_agrees_with_the_former_regex():
               "</tool_call>", "<tool-calls x=1>", "< / tool call >", '"', "{"]
     for _ in range(4000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
-        assert _spans(P.TOOL_TAG_LIKE, text) == _spans(OLD_TAG_LIKE, text), text
-        assert bool(P.TOOL_TAG_LIKE.search(text)) == bool(OLD_TAG_LIKE.search(text)), text
+        assert _spans(TOOL_TAG_LIKE, text) == _spans(OLD_TAG_LIKE, text), text
+        assert bool(TOOL_TAG_LIKE.search(text)) == bool(OLD_TAG_LIKE.search(text)), text
 
 
 @pytest.mark.parametrize("text,kind,code", [
@@ -651,12 +655,12 @@ def _worst():
 
 
 def _boom_on(monkeypatch, *, step: bool = False):
-    """``protocol.rehearse_messages`` (and with ``step`` the committed env step) raise on
+    """``rehearse_messages`` (and with ``step`` the committed env step) raise on
     BOOM calls: an unforeseen failure inside one trajectory."""
-    from envace_lite import protocol
+    from envace_lite.core import rollout
     from envace_lite.testtime import execute
 
-    real_rehearse, real_execute = protocol.rehearse_messages, execute._execute
+    real_rehearse, real_execute = rehearse_messages, execute._execute
 
     def rehearse(tools, grounding, history, call, *a, **k):
         if "BOOM" in json.dumps(call.arguments):
@@ -668,7 +672,7 @@ def _boom_on(monkeypatch, *, step: bool = False):
             raise UnicodeError("scripted failure in this episode's env step")
         return real_execute(ep, calls, tools)
 
-    monkeypatch.setattr(protocol, "rehearse_messages", rehearse)
+    monkeypatch.setattr(rollout, "rehearse_messages", rehearse)
     if step:
         monkeypatch.setattr(execute, "_execute", boom_execute)
 

@@ -8,6 +8,13 @@ from __future__ import annotations
 import pytest
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import (
+    act_messages,
+    assistant_text,
+    call_json,
+    tool_response_message,
+)
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import get_config
 from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import make_env
@@ -29,10 +36,10 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                        "required": ["city"]}}},
 ]
-CALL = protocol.assistant_text([ToolCall("get_weather", {"city": "Paris"})])
-CALL2 = protocol.assistant_text([ToolCall("get_weather", {"city": "Paris"}),
-                                 ToolCall("book", {"city": "Paris"})])
-RESULT = protocol.rehearsal_text('{"temp": "18C"}')
+CALL = assistant_text([ToolCall("get_weather", {"city": "Paris"})])
+CALL2 = assistant_text([ToolCall("get_weather", {"city": "Paris"}),
+                        ToolCall("book", {"city": "Paris"})])
+RESULT = rehearsal_text('{"temp": "18C"}')
 
 
 def toy_task(n_turns: int = 1, tid: str = "toy_0", required: bool = True) -> Task:
@@ -72,8 +79,8 @@ def check_packing(tok, t):
     for o, (a, b) in zip(acts, t.act_spans):
         assert t.act_ids[a:b] == o.ids and set(t.act_mask[a:b]) <= {1}
         assert o.prompt_ids == t.act_ids[:a]
-    first = chat_ids(tok, protocol.act_messages(t.task.messages, t.task.tools, "compact",
-                                                get_config("smoke").rollout.compact_policy_chars))
+    first = chat_ids(tok, act_messages(t.task.messages, t.task.tools, "compact",
+                                       get_config("smoke").rollout.compact_policy_chars))
     assert t.act_ids[:t.act_prompt_len] == first and sum(t.act_mask[:t.act_prompt_len]) == 0
 
 
@@ -101,9 +108,9 @@ def test_packed_history_decodes_to_the_template_rendering(tok, cap):
             t.act_prompt_len + 12
         return
     assert a0.finish_reason == "stop" and a0.ids[-1] == chat_glue(tok).eot_id
-    obs = protocol.tool_response_message([t.steps[0].observation])
-    msgs = protocol.act_messages(task.messages, task.tools, "compact", 600,
-                                 [{"role": "assistant", "content": CALL}, obs])
+    obs = tool_response_message([t.steps[0].observation])
+    msgs = act_messages(task.messages, task.tools, "compact", 600,
+                        [{"role": "assistant", "content": CALL}, obs])
     # up to the second generation prompt (one turn of history)
     a1_start = t.act_spans[1][0]
     packed = tok.decode(t.act_ids[:a1_start])
@@ -132,9 +139,9 @@ def test_smollm2_glue_when_cached():
     assert g.assistant_suffix == "<|im_end|>\n" and g.eot_id == tok.convert_tokens_to_ids(
         "<|im_end|>")
     (t,), _ = run(tok, [CALL, "It is 18C."])
-    obs = protocol.tool_response_message([t.steps[0].observation])
-    msgs = protocol.act_messages(t.task.messages, TOOLS, "compact", 600,
-                                 [{"role": "assistant", "content": CALL}, obs])
+    obs = tool_response_message([t.steps[0].observation])
+    msgs = act_messages(t.task.messages, TOOLS, "compact", 600,
+                        [{"role": "assistant", "content": CALL}, obs])
     assert tok.decode(t.act_ids[:t.act_spans[1][0]]) == tok.apply_chat_template(
         msgs, tokenize=False, add_generation_prompt=True)
 
@@ -165,16 +172,16 @@ def gold_script(task):
     """ACT texts that make each user turn's gold calls in one reply, then answer."""
     script = []
     for calls in task.gold_calls:
-        script += [protocol.assistant_text([ToolCall(c["name"], c["arguments"])
-                                            for c in calls]), "Done."]
+        script += [assistant_text([ToolCall(c["name"], c["arguments"])
+                                   for c in calls]), "Done."]
     return script
 
 
 def per_trajectory(tok, task, acts):
     """A generator function for k > 1: ACT answers ``acts[turn]`` (the turn is read off the
     prompt), REHEARSE answers the grounding's real result of the current call."""
-    world = {protocol.call_json(ToolCall(g["call"]["name"], g["call"]["arguments"])):
-             protocol.rehearsal_text(g["observation"]["content"])
+    world = {call_json(ToolCall(g["call"]["name"], g["call"]["arguments"])):
+             rehearsal_text(g["observation"]["content"])
              for turn in task.grounding for g in turn}
 
     def answer(role, prompt):
@@ -223,7 +230,7 @@ def test_real_mode_makes_one_real_call_per_parsed_call(tok, bfcl_task):
 
 def test_frozen_simulator_writes_the_observations(tok):
     policy = ScriptedGenerator({"act": [CALL, "It is 18C."]}, tok)
-    sim = ScriptedGenerator({"rehearse": [protocol.rehearsal_text("frozen says 20C")]}, tok)
+    sim = ScriptedGenerator({"rehearse": [rehearsal_text("frozen says 20C")]}, tok)
     (t,) = rollout([toy_task()], policy, tok, cfg_(), k=1, mode="frozen_simulator",
                    simulator=sim)
     assert [r for r, _ in policy.calls] == ["act", "act"]
@@ -299,7 +306,7 @@ def test_good_call_then_broken_json_scores_zero(tok):
 
 def test_context_budget_stops_before_generating(tok):
     task = toy_task()
-    n = len(chat_ids(tok, protocol.act_messages(task.messages, TOOLS, "compact", 600)))
+    n = len(chat_ids(tok, act_messages(task.messages, TOOLS, "compact", 600)))
     (t,), gen = run(tok, [CALL], cfg=cfg_(max_prompt_tokens=n - 1))
     assert t.stop_reason == "context_budget" and t.outputs == [] and gen.calls == []
     # one turn fits; the observation glue would push the next prompt over the budget
@@ -319,8 +326,8 @@ def test_turn_limit(tok):
 def test_telecom_done_is_terminal_not_rehearsed_not_counted(tok):
     task = load_tasks("tau2-telecom", "train")[0]
     toggle = ToolCall("toggle_airplane_mode", {})
-    script = [protocol.assistant_text([toggle, ToolCall("done", {}), toggle]),
-              protocol.assistant_text([ToolCall("done", {})])]
+    script = [assistant_text([toggle, ToolCall("done", {}), toggle]),
+              assistant_text([ToolCall("done", {})])]
     trajs, gen = run(tok, script, tasks=[task], k=2)
     first, second = trajs
     assert first.stop_reason == second.stop_reason == "terminal_tool"
@@ -332,7 +339,7 @@ def test_telecom_done_is_terminal_not_rehearsed_not_counted(tok):
 
 def test_rehearse_prompt_over_budget_is_generated_anyway(tok):
     task = toy_task()
-    n = len(chat_ids(tok, protocol.act_messages(task.messages, TOOLS, "compact", 600)))
+    n = len(chat_ids(tok, act_messages(task.messages, TOOLS, "compact", 600)))
     (t,), _ = run(tok, [CALL, "ok"], cfg=cfg_(max_prompt_tokens=n + 80))
     reh = t.outputs[1]
     assert reh.role == "rehearse" and not reh.prompt_fits

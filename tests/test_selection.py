@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.testtime.episode import Episode
 from envace_lite.testtime.execute import run_committed
 from envace_lite.config import get_config
@@ -28,8 +29,8 @@ from envace_lite.types import ToolCall
 
 DRILLS = "tau2-retail-drills"
 ORDER = "W3220203"  # the first lookup drill of the test split asks for it, without the '#'
-NOT_FOUND = protocol.rehearsal_text("Error: Order not found")
-FOUND = protocol.rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')
+NOT_FOUND = rehearsal_text("Error: Order not found")
+FOUND = rehearsal_text('{"order_id": "#W3220203", "status": "processed"}')
 ANSWER = "Your order #W3220203 is processed."
 
 
@@ -39,7 +40,7 @@ def tok():
 
 
 def lookup(order_id: str) -> str:
-    return protocol.assistant_text([ToolCall("get_order_details", {"order_id": order_id})])
+    return assistant_text([ToolCall("get_order_details", {"order_id": order_id})])
 
 
 def drill_episode() -> Episode:

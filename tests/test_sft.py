@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import ConfigError, get_config
 from envace_lite.envs.tasks import load_tasks
 from envace_lite.envs import list_tasks, make_env
@@ -94,7 +96,7 @@ def test_every_rehearse_target_is_the_real_environment_output(suite, n):
     for task in tasks:
         targets = [r.target for r in ts.rehearse if r.task_id == task.id]
         real = _replay_observations(task)
-        assert targets and targets == [protocol.rehearsal_text(c) for c in real]
+        assert targets and targets == [rehearsal_text(c) for c in real]
 
 
 def test_failing_gold_calls_keep_their_error_observation_and_are_counted():
@@ -106,7 +108,7 @@ def test_failing_gold_calls_keep_their_error_observation_and_are_counted():
     errors = [r for r in ts.rehearse if r.observation["error"]]
     assert len(errors) == flagged
     for r in errors:
-        assert r.target == protocol.rehearsal_text(r.observation["content"])
+        assert r.target == rehearsal_text(r.observation["content"])
         assert protocol.parse_rehearsal(r.target).is_error
 
 
@@ -209,7 +211,7 @@ def test_memory_transcript_is_what_a_ticket_memory_looks_like_at_test_time():
     order = "#" + task.id.split(":")[1]
     act, _ = task_transcripts(task, cfg, approx_tokens, True)
     mem = memory_transcript(act, task)
-    call = protocol.assistant_text([ToolCall("get_order_details", {"order_id": order})])
+    call = assistant_text([ToolCall("get_order_details", {"order_id": order})])
     assert act.outputs[0] == call and mem.outputs == act.outputs and mem.glue == act.glue
     expected = prompts.memory_message(f"{prompts.CALLS_MEMORY_HEADER}\n{call.strip()}")["content"]
     assert mem.prompt[-1]["content"] == f"{act.prompt[-1]['content']}\n\n{expected}"
@@ -229,7 +231,7 @@ def test_slip_example_is_the_real_error_of_the_id_without_its_hash():
     assert ex.call == {"name": "get_order_details", "arguments": {"order_id": task.id.split(":")[1]}}
     assert ex.observation == {"content": "Error: Order not found", "error": True,
                               "state_changed": False}
-    assert ex.target == protocol.rehearsal_text("Error: Order not found")
+    assert ex.target == rehearsal_text("Error: Order not found")
     assert ex.grounding == "none"
     # the REHEARSE prompt ends with the slipped call, as the rollout would ask it
     assert task.id.split(":")[1] in ex.messages[-1]["content"]
@@ -276,7 +278,7 @@ def test_world_rows_are_grounded_rehearse_rows_of_rl_drills():
     # holds that result verbatim
     assert len(exs) == sum(len(pairs) for t in world for pairs in t.grounding)
     for ex in exs:
-        assert ex.grounding == "gold" and ex.target == protocol.rehearsal_text(
+        assert ex.grounding == "gold" and ex.target == rehearsal_text(
             ex.observation["content"])
     firsts = [next(ex for ex in exs if ex.task_id == t.id) for t in world]
     assert all(ex.observation["content"] in ex.messages[-1]["content"] for ex in firsts)

@@ -11,7 +11,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text
+from envace_lite.protocol.rehearse_prompt import rehearsal_text
 from envace_lite.config import get_config
 from envace_lite.course.helpers import gold_rollout
 from envace_lite.envs.tasks import build_task
@@ -105,9 +106,9 @@ def test_real_trajectory_counts_real_calls(tok, task, cfg):
 
 
 def test_model_text_is_escaped(tok, task, cfg):
-    call = protocol.assistant_text([ToolCall("cd", {"folder": INJECTION})])
+    call = assistant_text([ToolCall("cd", {"folder": INJECTION})])
     t = scripted(tok, task, cfg, [call, INJECTION],
-                 [protocol.rehearsal_text(f'{{"result": "{INJECTION}"}}')])
+                 [rehearsal_text(f'{{"result": "{INJECTION}"}}')])
     page = render_trajectory(t)
     assert "<script" not in page and "<img" not in page and parsed(page).scripts == 0
     assert html.escape(INJECTION) in page  # the final answer, shown as text
@@ -116,7 +117,7 @@ def test_model_text_is_escaped(tok, task, cfg):
 
 
 def test_violations_and_parse_errors_are_shown(tok, task, cfg):
-    unknown = protocol.assistant_text([ToolCall("delete_everything", {"path": "/"})])
+    unknown = assistant_text([ToolCall("delete_everything", {"path": "/"})])
     t = scripted(tok, task, cfg, [unknown, "Sorry."], ["no tags at all"])
     page = render_trajectory(t)
     assert 'class="envace-violation"' in page and "unknown tool" in page
@@ -176,12 +177,12 @@ def scripted_episode(tok, mode: str, n: int = 2):
     from envace_lite.testtime.episode import Episode
     from envace_lite.envs import make_env
 
-    call = protocol.assistant_text([ToolCall("ls", {})])
+    call = assistant_text([ToolCall("ls", {})])
 
     def script(role, prompt):
         if role == "act":
             return "Done." if "</tool_response>" in tok.decode(prompt[-40:]) else call
-        return {"rehearse": protocol.rehearsal_text('{"current_directory_content": ["<b>x</b>"]}'),
+        return {"rehearse": rehearsal_text('{"current_directory_content": ["<b>x</b>"]}'),
                 "feedback": "<assessment>ls worked</assessment><revision>none</revision>",
                 "memory": "<memory>listing first is safe; " + INJECTION + "</memory>"}[role]
 
@@ -235,7 +236,7 @@ def test_render_episode_with_one_attempt_and_without_rehearsal(tok):
     tid = list_tasks("bfcl-base", "test")[0]
     env = make_env("bfcl-base", tid)
     plain = Episode("bfcl-base", tid, 0, env, env.reset())
-    gen = ScriptedGenerator({"act": [protocol.assistant_text([ToolCall("ls", {})]), "Done."]}, tok)
+    gen = ScriptedGenerator({"act": [assistant_text([ToolCall("ls", {})]), "Done."]}, tok)
     [r] = run_committed(gen, tok, [plain], get_config("smoke", {"eval.max_turns": 2,
                                                                  "rollout.max_new_tokens_act": 512}))
     page = render_episode(plain, r)

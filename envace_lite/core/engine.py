@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import tool_response_message
 from envace_lite.llm.generation import Completion, Generator
 from envace_lite.progress import get_logger
 from envace_lite.types import Observation, ToolCall
@@ -294,7 +295,7 @@ def _after_step(x: Any, hooks: ActHooks) -> None:
     if reason:
         x.stop_reason = reason
     else:  # h_{t+1} = h_t ⊕ (a_t, ô_t)
-        hooks.join(x, [protocol.tool_response_message(x.observations)])
+        hooks.join(x, [tool_response_message(x.observations)])
 
 
 def run_turns(items: list[Any], generator: Generator, tokenizer: Any, hooks: ActHooks, *,

@@ -4,7 +4,7 @@ and history").
 One policy plays two roles. ACT reads the task, the tool schemas and its token history h_t and
 emits a_t: tool calls, a final answer, or a terminal pseudo-tool (telecom's ``done``: never
 rehearsed, never counted; it ends the episode). REHEARSE reads its OWN prompt, rebuilt per call
-(``protocol.rehearse_messages``) and writes ô_t. Then h_{t+1} = h_t ⊕ (a_t, ô_t).
+(``rehearse_messages``) and writes ô_t. Then h_{t+1} = h_t ⊕ (a_t, ô_t).
 
 - Modes: ``rehearse`` (EnvACE: ``generator`` writes ô_t); ``real`` (``env.step`` writes o_t; each
   trajectory owns a fresh env on ``Trajectory.env``; ``close_envs`` after scoring);
@@ -55,6 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages
+from envace_lite.protocol.rehearse_prompt import rehearse_messages
+from envace_lite.protocol.tags import strip_think
 from envace_lite.config import Config
 from envace_lite.core.engine import (
     ActHooks,
@@ -127,7 +130,7 @@ def rehearsal_observation(text: str) -> tuple[Observation, protocol.RehearsalPar
     parsed = protocol.parse_rehearsal(text)
     if parsed.ok:
         return Observation(parsed.content, error=parsed.is_error), parsed
-    raw = protocol.strip_think(text or "")[0].strip()[:RAW_OBSERVATION_CHARS]
+    raw = strip_think(text or "")[0].strip()[:RAW_OBSERVATION_CHARS]
     return Observation(raw, error=protocol.is_error_content(raw)), parsed
 
 
@@ -181,7 +184,7 @@ def rollout(tasks: list[Task], generator: Generator, tokenizer: Any, cfg: Config
     lives: list[_LiveTrajectory] = []
     for task in tasks:
         try:
-            prompt, failed = chat_ids(tokenizer, protocol.act_messages(
+            prompt, failed = chat_ids(tokenizer, act_messages(
                 task.messages, task.tools, rc.rendering, rc.compact_policy_chars, [])), ""
         except Exception as exc:  # noqa: BLE001 (this task's trajectories end; the rest run)
             prompt, failed = [], f"act prompt: {type(exc).__name__}: {exc}"[:500]
@@ -351,8 +354,8 @@ def _rehearse(acting: list[_LiveTrajectory], gen: Generator, tokenizer: Any, cfg
         if s.traj.stop_reason == "error":  # an earlier call of this trajectory failed
             continue
         try:
-            rp = protocol.rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages,
-                                            call, count, rc.max_prompt_tokens, rc.rendering)
+            rp = rehearse_messages(s.traj.task.tools, _grounding(s, rc), s.messages,
+                                   call, count, rc.max_prompt_tokens, rc.rendering)
             built.append(((s, j, call), chat_ids(tokenizer, rp.messages), rp.fits))
         except Exception as exc:  # noqa: BLE001 (this trajectory ends; the batch goes on)
             _end_trajectory(s, f"rehearse prompt of call {j}", exc)

@@ -42,7 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages, assistant_text, tool_response_message
+from envace_lite.protocol.rehearse_prompt import rehearsal_text, rehearse_messages
 from envace_lite.config import Config
 from envace_lite.core.task_split import require_train
 from envace_lite.llm.generation import chat_ids, token_counter
@@ -134,8 +135,8 @@ def task_transcripts(task: Task, cfg: Config, count_tokens: Any,
         gold: REHEARSE sees the task's grounding (else ``<unavailable>``).
     """
     rc = cfg.rollout
-    prompt = protocol.act_messages(task.messages, task.tools, rc.rendering,
-                                   rc.compact_policy_chars, [])
+    prompt = act_messages(task.messages, task.tools, rc.rendering,
+                          rc.compact_policy_chars, [])
     history = [{"role": m["role"], "content": m["content"]}
                for m in task.messages if m["role"] != "system"]
     flat = [g for turn in task.grounding for g in turn]
@@ -150,22 +151,22 @@ def task_transcripts(task: Task, cfg: Config, count_tokens: Any,
             history += msgs
         for reply in gold_replies(task, u):
             calls = [ToolCall(p["call"]["name"], p["call"]["arguments"]) for p in reply]
-            text = protocol.assistant_text(calls)
+            text = assistant_text(calls)
             outputs.append(text)
             history.append({"role": "assistant", "content": text})
             for call, pair in zip(calls, reply):
-                rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, call,
-                                                count_tokens, rc.max_prompt_tokens, rc.rendering)
+                rp = rehearse_messages(task.tools, flat if gold else None, history, call,
+                                       count_tokens, rc.max_prompt_tokens, rc.rendering)
                 obs = pair["observation"]
                 rehearse.append(RehearseExample(
-                    task.id, task.suite, u, rp.messages, protocol.rehearsal_text(obs["content"]),
+                    task.id, task.suite, u, rp.messages, rehearsal_text(obs["content"]),
                     pair["call"], obs, "gold" if gold else "none"))
-            msg = protocol.tool_response_message([Observation(**p["observation"]) for p in reply])
+            msg = tool_response_message([Observation(**p["observation"]) for p in reply])
             glue.append([msg])
             history.append(msg)
         last = u == len(task.user_turns) - 1
         if last and task.suite in TERMINAL_CALLS:
-            outputs.append(protocol.assistant_text([ToolCall(TERMINAL_CALLS[task.suite], {})]))
+            outputs.append(assistant_text([ToolCall(TERMINAL_CALLS[task.suite], {})]))
         else:
             text = closing_text(task, u)
             outputs.append(text)

@@ -343,7 +343,8 @@ def gold_script(task: Any, *, user_turns: int | None = None, world: str = "groun
     Returns:
         ``{"act": [...], "rehearse": [...]}`` in generation order.
     """
-    from envace_lite import protocol
+    from envace_lite.protocol.prompts import assistant_text
+    from envace_lite.protocol.rehearse_prompt import rehearsal_text
     from envace_lite.core.transcripts import TERMINAL_CALLS, closing_text
     from envace_lite.types import ToolCall
 
@@ -359,17 +360,17 @@ def gold_script(task: Any, *, user_turns: int | None = None, world: str = "groun
         replies = [pairs] if task.suite.startswith("bfcl-") else [[p] for p in pairs]
         for reply in (r for r in replies if r):
             calls = [ToolCall(rename or p["call"]["name"], p["call"]["arguments"]) for p in reply]
-            acts.append(protocol.assistant_text(calls))
+            acts.append(assistant_text(calls))
             for p in reply:
                 content = p["observation"]["content"] if world == "grounding" else "{}"
                 if rename:
                     content = json.dumps({"error": f"Unknown tool: {rename}"})
-                rehearse.append(protocol.rehearsal_text(content))
+                rehearse.append(rehearsal_text(content))
         if u == len(task.user_turns) - 1 and task.suite in TERMINAL_CALLS:
-            acts.append(protocol.assistant_text([ToolCall(TERMINAL_CALLS[task.suite], {})]))
+            acts.append(assistant_text([ToolCall(TERMINAL_CALLS[task.suite], {})]))
         else:
             acts.append(closing_text(task, u))
-    return {"act": acts, "rehearse": rehearse or [protocol.rehearsal_text("{}")]}
+    return {"act": acts, "rehearse": rehearse or [rehearsal_text("{}")]}
 
 
 def gold_rollout(task: Any, tokenizer: Any, cfg: Config, *, mode: str = "rehearse",

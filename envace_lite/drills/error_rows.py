@@ -30,7 +30,8 @@ import random
 from itertools import takewhile
 from typing import Any
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text, tool_response_message
+from envace_lite.protocol.rehearse_prompt import rehearsal_text, rehearse_messages
 from envace_lite.config import Config
 from envace_lite.core.transcripts import RehearseExample, gold_replies
 from envace_lite.progress import get_logger
@@ -112,16 +113,16 @@ def bad_call_example(task: Task, cfg: Config, count_tokens: Any, gold: bool, bad
     history = [{"role": m["role"], "content": m["content"]}
                for m in task.messages if m["role"] != "system"]
     for reply in shown:
-        history.append({"role": "assistant", "content": protocol.assistant_text(
+        history.append({"role": "assistant", "content": assistant_text(
             [ToolCall(p["call"]["name"], p["call"]["arguments"]) for p in reply])})
-        history.append(protocol.tool_response_message(
+        history.append(tool_response_message(
             [Observation(**p["observation"]) for p in reply]))
-    history.append({"role": "assistant", "content": protocol.assistant_text([bad])})
+    history.append({"role": "assistant", "content": assistant_text([bad])})
     flat = [g for turn in task.grounding for g in turn]
-    rp = protocol.rehearse_messages(task.tools, flat if gold else None, history, bad,
-                                    count_tokens, rc.max_prompt_tokens, rc.rendering)
+    rp = rehearse_messages(task.tools, flat if gold else None, history, bad,
+                           count_tokens, rc.max_prompt_tokens, rc.rendering)
     return RehearseExample(task.id, task.suite, 0, rp.messages,
-                           protocol.rehearsal_text(obs.content),
+                           rehearsal_text(obs.content),
                            {"name": bad.name, "arguments": bad.arguments}, obs.to_dict(),
                            "gold" if gold else "none")
 

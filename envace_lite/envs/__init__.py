@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from envace_lite.envs.base import Env, GoldTurn, replay_gold
+from envace_lite.envs.base import Env
 
 TAU2_SUITES = (
     "tau2-telecom", "tau2-retail", "tau2-airline", "tau2-retail-ticket", "tau2-airline-ticket",
@@ -118,13 +118,10 @@ __all__ = [
     "BFCL_SUITES",
     "BUILTIN_SUITES",
     "TAU2_SUITES",
-    "Env",
-    "GoldTurn",
     "all_suites",
     "list_tasks",
     "make_env",
     "register_suites",
     "registered_suites",
-    "replay_gold",
     "suite_module",
 ]

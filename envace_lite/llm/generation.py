@@ -106,7 +106,7 @@ def chat_ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prom
 
 def token_counter(tokenizer: Any) -> Callable[[str], int]:
     """``text -> number of tokens`` under ``tokenizer`` (no special tokens added): the counter
-    the REHEARSE prompt builder trims with (``protocol.rehearse_messages``)."""
+    the REHEARSE prompt builder trims with (``protocol.rehearse_prompt.rehearse_messages``)."""
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
     return count

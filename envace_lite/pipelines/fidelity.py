@@ -52,7 +52,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import assistant_text, tool_response_message
+from envace_lite.protocol.rehearse_prompt import rehearse_messages
 from envace_lite.testtime.execute import run_committed
 from envace_lite.testtime.episode import Episode
 from envace_lite.config import Config, first_tasks
@@ -110,13 +111,13 @@ class Pair:
 # ---------------------------------------------------------------------------------------------
 
 def gold_events(env: Any) -> list[dict[str, Any]]:
-    """The gold replay of ``env``'s task as events (what ``envs.replay_gold`` does)."""
+    """The gold replay of ``env``'s task as events (what ``envs.base.replay_gold`` does)."""
     events: list[dict[str, Any]] = []
     for turn in env.gold_turns():
         for step in turn.steps:
             if step:
                 events.append({"kind": "step", "calls": [c.to_dict() for c in step],
-                               "text": protocol.assistant_text(step)})
+                               "text": assistant_text(step)})
         if turn.final_text is not None:
             events.append({"kind": "end_turn", "text": turn.final_text})
     return events
@@ -172,7 +173,7 @@ def replay(suite: str, task_id: str, events: list[dict[str, Any]], source: str,
                 pairs.append(Pair(suite, task_id, source, c, h, tools, o,
                                   env.is_state_changing(c.name), grounding=grounding))
             if not env.done:
-                history.append(protocol.tool_response_message(observations))
+                history.append(tool_response_message(observations))
         reward, _ = env.score()
     finally:
         env.close()
@@ -191,7 +192,7 @@ def rehearse_pairs(pairs: list[Pair], generator: Any, tokenizer: Any, cfg: Confi
         return
     rc = cfg.rollout
     count = token_counter(tokenizer)
-    prompt_ids = [chat_ids(tokenizer, protocol.rehearse_messages(
+    prompt_ids = [chat_ids(tokenizer, rehearse_messages(
         p.tools, p.grounding, p.history, p.call, count, rc.max_prompt_tokens,
         rc.rendering).messages) for p in pairs]
     temperature, top_p = DECODING[cfg.eval.decoding]

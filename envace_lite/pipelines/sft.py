@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages, function_of
 from envace_lite.config import Config
 from envace_lite.core.rows import padded_at_end_only
 from envace_lite.llm.generation import chat_ids
@@ -144,7 +145,7 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
     from envace_lite.llm.generation import HFGenerator
 
     rc = cfg.rollout
-    prompts = [chat_ids(tokenizer, protocol.act_messages(
+    prompts = [chat_ids(tokenizer, act_messages(
         t.messages, t.tools, rc.rendering, rc.compact_policy_chars, [])) for t in tasks]
     outs = HFGenerator(model, tokenizer, seed=cfg.run.seed, batch_size=8).generate(
         prompts, role="act", max_new_tokens=max_new_tokens or rc.max_new_tokens_act,
@@ -156,7 +157,7 @@ def first_turn_call_rates(model: Any, tokenizer: Any, tasks: list[Task], cfg: Co
         if p.kind != "calls":
             continue
         calls, valid = calls + len(p.calls), valid + sum(not c.violations for c in p.calls)
-        names = {protocol.function_of(x).get("name") for x in t.tools}
+        names = {function_of(x).get("name") for x in t.tools}
         gold = [c["name"] for turn in t.gold_calls for c in turn]
         counts["parseable"] += 1
         counts["tool_exists"] += all(c.name in names for c in p.calls)

@@ -1,4 +1,4 @@
-"""The text protocol of both roles: parsing, plus the tags, prompts and rendering it re-exports.
+"""The text protocol of both roles: parsing ACT and REHEARSE outputs into calls and observations.
 
 ACT writes Hermes-style calls, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, and a
 reply with no ``<tool_call>`` tag is the final answer of the user turn. REHEARSE writes the
@@ -12,9 +12,10 @@ and Qwen3 see the same content.
 Parsing never raises on model text. Only syntactic failures are errors (``ErrorCode``). An unknown
 tool or arguments that fail the tool's JSON schema still give a ``ToolCall``, with ``violations``.
 
-The tags and the scans over model text live in ``envace_lite.protocol.tags``, ACT's prompt and the tool
-rendering in ``envace_lite.protocol.prompts``, REHEARSE's prompt in ``envace_lite.protocol.rehearse_prompt``; this
-module re-exports them, so ``protocol`` is the one name to import for the whole text protocol.
+The rest of the protocol has its own modules, imported from there: the tags and the scans over
+model text in ``envace_lite.protocol.tags``, ACT's prompt and the tool rendering in
+``envace_lite.protocol.prompts``, REHEARSE's prompt in ``envace_lite.protocol.rehearse_prompt``,
+the bounded JSON decoding in ``envace_lite.protocol.json_text``.
 
 Usage::
 
@@ -33,47 +34,20 @@ from typing import Any, Literal
 
 import jsonschema
 
-from envace_lite.protocol.json_text import (  # noqa: F401  (MAX_ARG_*: re-exported)
-    MAX_ARG_DEPTH,
-    MAX_ARG_VALUES,
+from envace_lite.protocol.json_text import (
     escape_surrogates,
     loads,
     loads_call,
     out_of_bounds,
     unfence,
 )
-from envace_lite.protocol.prompts import (  # noqa: F401  (re-exported: protocol is the facade)
-    ACT_TOOLS_PROMPT,
-    COMPACT_DESC_CHARS,
-    COMPACT_LEGEND,
-    OMITTED,
-    POLICY_TRUNCATED,
-    act_messages,
-    act_system_prompt,
-    assistant_text,
-    call_json,
-    compact_signature,
-    function_of,
-    policy_excerpt,
-    render_tools,
-    tool_response_message,
-)
-from envace_lite.protocol.rehearse_prompt import (  # noqa: F401  (re-exported: protocol is the facade)
-    REHEARSE_SYSTEM,
-    REHEARSE_USER,
-    UNAVAILABLE,
-    RehearsePrompt,
-    rehearsal_text,
-    rehearse_messages,
-)
-from envace_lite.protocol.tags import (  # noqa: F401  (re-exported: protocol is the facade)
+from envace_lite.protocol.prompts import function_of
+from envace_lite.protocol.tags import (
     CALL_CLOSE,
     CALL_OPEN,
     MAX_OUTPUT_CHARS,
     RESULT_CLOSE,
     RESULT_OPEN,
-    THINK_CLOSE,
-    THINK_OPEN,
     TOOL_TAG_LIKE,
     strip_think,
 )

@@ -73,7 +73,7 @@ json_values = st.recursive(scalars, lambda c: st.one_of(
 def act_outputs(draw: st.DrawFn, tools: list[dict[str, Any]]) -> str:
     """One hostile ACT output for these OpenAI-format tool schemas.
 
-    One in ten calls nests 30 to 600 lists deep (past ``protocol.MAX_ARG_DEPTH``); a quarter of
+    One in ten calls nests 30 to 600 lists deep (past ``json_text.MAX_ARG_DEPTH``); a quarter of
     them pass the arguments as a JSON string; one in five repeats ``"name"``; one in five is
     cut at a random character (a token cap).
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envace_lite import protocol
+from envace_lite.protocol.tags import strip_think
 from envace_lite.protocol import prompts
 
 FEEDBACK_RAW_CHARS = 1000
@@ -72,7 +72,7 @@ def _tagged(text: str, open_tag: str, close_tag: str) -> str | None:
 
 def parse_feedback(text: str) -> Feedback:
     """Parse a FEEDBACK output; never raises (see the module docstring for bad input)."""
-    visible = protocol.strip_think(text or "")[0].strip()
+    visible = strip_think(text or "")[0].strip()
     if not visible:
         return Feedback(text or "", ok=False, error="empty")
     a = _tagged(visible, prompts.ASSESSMENT_OPEN, prompts.ASSESSMENT_CLOSE)
@@ -84,7 +84,7 @@ def parse_feedback(text: str) -> Feedback:
 
 def parse_memory(text: str, tokenizer: Any, max_tokens: int) -> Memory:
     """Parse a MEMORY output and enforce the token budget; never raises."""
-    visible = protocol.strip_think(text or "")[0]
+    visible = strip_think(text or "")[0]
     content = _tagged(visible, prompts.MEMORY_OPEN, prompts.MEMORY_CLOSE)
     parsed = content is not None
     content = (visible if content is None else content).replace(prompts.MEMORY_CLOSE, "").strip()

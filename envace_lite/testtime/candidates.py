@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_lite import protocol
+from envace_lite.protocol.tags import strip_think
 from envace_lite.testtime.gate import identifiers
 from envace_lite.testtime.rehearsal import EpisodeView
 from envace_lite.types import Output, Trajectory
@@ -145,7 +146,7 @@ def signature(parsed: protocol.ActParse, text: str) -> str:
                           ensure_ascii=False, default=str)
     if parsed.kind == "final":
         return TEXT_REPLY
-    return protocol.strip_think(text or "")[0].strip()
+    return strip_think(text or "")[0].strip()
 
 
 def score_output(c: Candidate, out: Output, tools: list[dict[str, Any]], seen: str,

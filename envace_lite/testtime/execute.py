@@ -40,6 +40,7 @@ import time
 from typing import Any, ClassVar
 
 from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages
 from envace_lite.protocol import prompts
 from envace_lite.config import Config
 from envace_lite.core.engine import ActHooks, ActState, chat_glue, next_prompt, run_turns
@@ -278,7 +279,7 @@ class _CommittedHooks(ActHooks):
         if ep.act_ids and tools == ep.act_tools:
             return None
         ep.act_tools = tools
-        return chat_ids(self.tokenizer, protocol.act_messages(
+        return chat_ids(self.tokenizer, act_messages(
             ep.messages, tools, rc.rendering, rc.compact_policy_chars, ep.history))
 
     def pending(self, x: _EpisodeSlot) -> list[dict[str, Any]]:

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envace_lite import protocol
+from envace_lite.protocol.prompts import act_messages
 from envace_lite.protocol import prompts
 from envace_lite.config import Config
 from envace_lite.llm.generation import Generator, chat_ids
@@ -338,7 +338,7 @@ def _fit_context_chars(ep: EpisodeView, attempts: list[Attempt], tokenizer: Any,
     while True:
         task = imagined_task(ep, cfg.rollout.rendering,
                              prompts.sequential_context_message(_blocks(attempts, chars)))
-        ids = chat_ids(tokenizer, protocol.act_messages(
+        ids = chat_ids(tokenizer, act_messages(
             task.messages, task.tools, cfg.rollout.rendering, cfg.rollout.compact_policy_chars))
         if len(ids) <= budget or chars <= MIN_ATTEMPT_CHARS:
             return chars
