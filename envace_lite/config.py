@@ -427,6 +427,12 @@ class StudyConfig:
     """Warm start, with ``copy_rows``: the copies also take a fresh name, zip and e-mail for their
     user (random letters and digits, consistently in the ticket, the calls, the records and the
     user id), not only fresh ids and amounts (``drills.copy_rows.fresh_copy``)."""
+    copy_names: Literal["syllables", "sft_users"] = "syllables"
+    """Warm start, with ``copy_people``: where a copy's new first and last name come from:
+    ``syllables``, random consonant-vowel syllables that no tau2 user has; ``sft_users``, a first
+    name and a last name drawn apart from the names of the SFT drills' own users, so that the
+    copies write names in the tokens real tickets use while no name follows from the rest of the
+    ticket (``drills.copy_rows.copy_tasks``)."""
     memory_source: Literal["policy", "calls"] = "policy"
     """Test-time rehearsal: who writes m_x: ``policy`` (the MEMORY prompt, paper §2.3) or
     ``calls`` (a rule-built memory made of the best attempt's own ACT outputs,

@@ -393,6 +393,42 @@ def test_copy_people_give_a_two_hop_copy_a_fresh_user_consistently():
     assert ids == [f"{hop.id}~copy{k}" for k in range(4)] + [look.id + "~copy0"]
 
 
+def test_copy_names_from_the_sft_users_draw_first_and_last_apart():
+    """study.copy_names=sft_users: the pools are the capitalized name parts of the tasks' user
+    ids (three real two-hop drills, by hand), a copy's names come from them and its user id is
+    made of them; the same seed gives the same copies; tasks without a user id raise."""
+    import random
+
+    from envace_lite.config import get_config
+    from envace_lite.drills.copy_rows import copy_tasks, fresh_copy, user_names
+
+    C = "tau2-retail-drills-v2-compact"
+    train = suite.suite_tasks(C, "train")
+    hops = [t for t in train if t.id.startswith("two_hop:")
+            and t.gold_calls[0][0]["name"] == "find_user_id_by_name_zip"][:3]
+    assert [t.id for t in hops] == ["two_hop:aarav_davis_5411", "two_hop:mei_santos_5526",
+                                    "two_hop:sophia_lee_8294"]
+    assert user_names(hops) == (["Aarav", "Mei", "Sophia"], ["Davis", "Lee", "Santos"])
+    copy = fresh_copy(hops[0], random.Random(0), frozenset(), 0, people=True,
+                      names=(["Omar"], ["Lopez"]))
+    args = copy.gold_calls[0][0]["arguments"]
+    assert (args["first_name"], args["last_name"]) == ("Omar", "Lopez")
+    assert copy.gold_calls[0][1]["arguments"]["user_id"].startswith("omar_lopez_")
+    assert "Omar Lopez" in copy.messages[1]["content"] and "Aarav" not in copy.messages[1][
+        "content"]
+    cfg = get_config("drills", {"grpo.suites": [C], "study.copy_rows": 3,
+                                "study.copy_people": True, "study.copy_names": "sft_users"})
+    copies = copy_tasks(hops, cfg)
+    assert len(copies) == 9
+    for c in copies:
+        a = c.gold_calls[0][0]["arguments"]
+        assert a["first_name"] in ["Aarav", "Mei", "Sophia"]
+        assert a["last_name"] in ["Davis", "Lee", "Santos"]
+    assert [t.to_dict() for t in copy_tasks(hops, cfg)] == [t.to_dict() for t in copies]
+    with pytest.raises(ValueError, match="no user id"):
+        user_names([])
+
+
 def test_extra_sft_tasks_add_act_transcripts_only():
     from envace_lite.config import get_config
     from envace_lite.models.micro_base import load_tokenizer

@@ -55,15 +55,20 @@ AMOUNT = re.compile(r"^\d+\.\d{2}$")
 EMAIL = re.compile(r"\b[a-z]+\.[a-z]+\d+@example\.com\b")
 
 
-def _people(source: str, zips: list[str], rng: random.Random, taken: set[str]
+def _people(source: str, zips: list[str], rng: random.Random, taken: set[str],
+            names: tuple[list[str], list[str]] | None = None
             ) -> tuple[dict[str, str], dict[str, str]]:
     """``(ids, words)``: fresh user ids and e-mails (replaced as they are), and fresh names and
-    zips (replaced as whole words) for every user id and e-mail of ``source``."""
+    zips (replaced as whole words) for every user id and e-mail of ``source``; the names are
+    syllables, or drawn from ``names`` (first names, last names) when it is given."""
     ids, words = {}, {}
     for old in dict.fromkeys(re.findall(ID_PATTERNS[1][1], source)):
         first, last = old.split("_")[:2]
         while True:
-            new_first, new_last = syllable_name(rng), syllable_name(rng)
+            if names:
+                new_first, new_last = rng.choice(names[0]), rng.choice(names[1])
+            else:
+                new_first, new_last = syllable_name(rng), syllable_name(rng)
             new = f"{new_first.lower()}_{new_last.lower()}_{rng.randrange(10**4):04d}"
             if new not in taken:
                 break
@@ -102,7 +107,8 @@ def _amount(old: str, rng: random.Random) -> str:
 
 
 def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset(),
-               k: int = 0, people: bool = False) -> Task:
+               k: int = 0, people: bool = False,
+               names: tuple[list[str], list[str]] | None = None) -> Task:
     """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy<k>``.
 
     Args:
@@ -111,6 +117,8 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
         forbidden: ids no new value may equal (tau2's own).
         k: the copy's index (in its id).
         people: also fresh names, zips and e-mails, and user ids made of the new names.
+        names: with ``people``, the capitalized first and last names to draw the new names
+            from (None: random syllables).
 
     Returns:
         A new ``Task``; ``task`` is left as it is.
@@ -125,7 +133,7 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     if people:
         zips = [str(c["arguments"]["zip"]) for turn in d["gold_calls"] for c in turn
                 if "zip" in c.get("arguments", {})]
-        mapping, words = _people(source, zips, rng, taken)
+        mapping, words = _people(source, zips, rng, taken, names)
     for kind, pattern in ID_PATTERNS:
         for old in dict.fromkeys(re.findall(pattern, source)):
             if old not in mapping and not any(old in k for k in mapping):
@@ -157,7 +165,8 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     """``cfg.study.copy_rows`` fresh copies of each of ``tasks`` (the SFT drills), and
     ``cfg.study.copy_rows_two_hop`` more of each two-hop drill, seeded by the run seed and the
     task id; none when ``copy_rows`` is 0 or the tasks are not drills. ``cfg.study.copy_people``
-    gives the copies fresh names, zips and e-mails too.
+    gives the copies fresh names, zips and e-mails too; with ``cfg.study.copy_names`` =
+    ``sft_users`` the names are drawn from those of ``tasks``' own users (``user_names``).
 
     Registered as an extra warm-start task builder (``pipelines.sft.register_extra_sft_tasks``):
     the warm start takes their ACT transcripts only.
@@ -169,6 +178,7 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     from envace_lite.drills.suite import DRILL_DOMAINS
 
     forbidden = tau2_ids()
+    names = user_names(tasks) if cfg.study.copy_names == "sft_users" else None
     out = []
     for task in tasks:
         if task.suite not in DRILL_DOMAINS:
@@ -176,8 +186,27 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
         extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0
         for k in range(n + extra):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
-            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people))
+            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people, names))
     return out
 
 
-__all__ = ["AMOUNT", "EMAIL", "ID_PATTERNS", "copy_tasks", "fresh_copy"]
+def user_names(tasks: list[Task]) -> tuple[list[str], list[str]]:
+    """``(first names, last names)``: the sorted, distinct, capitalized name parts of the user
+    ids (``first_last_NNNN``) in ``tasks``' gold calls and grounding, as a ticket writes them.
+
+    Raises:
+        ValueError: when no task names a user id.
+    """
+    firsts, lasts = set(), set()
+    for task in tasks:
+        d = task.to_dict()
+        for uid in re.findall(ID_PATTERNS[1][1], json.dumps([d["grounding"], d["gold_calls"]])):
+            first, last = uid.split("_")[:2]
+            firsts.add(first.capitalize())
+            lasts.add(last.capitalize())
+    if not firsts:
+        raise ValueError("no user id in the tasks: no names to draw from")
+    return sorted(firsts), sorted(lasts)
+
+
+__all__ = ["AMOUNT", "EMAIL", "ID_PATTERNS", "copy_tasks", "fresh_copy", "user_names"]
