@@ -19,9 +19,10 @@ What is replaced (entity-free: no new id is one of tau2's, ``copy_samples.tau2_i
   cent digit (so that its JSON number and its text agree).
 
 With ``study.copy_people``, the copy's user also gets a fresh first and last name (random
-syllables, ``copy_samples.syllable_name``), zip (5 digits) and e-mail (``first.last`` + digits
-``@example.com``), and its user id is
-made of the new names (``first_last_NNNN``): what a two-hop drill's first two calls copy.
+syllables, ``copy_samples.syllable_name``; with ``study.copy_names=sft_users``, a first and a
+last name drawn apart from the SFT drills' own users, ``user_names``), zip (5 digits) and e-mail
+(``first.last`` + digits ``@example.com``), and its user id is made of the new names
+(``first_last_NNNN``): what a two-hop drill's first two calls copy.
 ``study.copy_rows_two_hop`` adds more copies of each two-hop drill, the tier with the fewest.
 
 The system prompt and tool schemas are left as they are. Reached through

@@ -12,7 +12,7 @@ by the project, and the test-time rehearsal prompts (FEEDBACK, MEMORY).
 
 REHEARSE's own prompt, rebuilt per call and trimmed to a token budget, is in
 ``rehearse_prompt.py``; the tags and the scans over model text in ``tags.py``. Parsing of what the
-models write lives in ``protocol`` (which re-exports the ACT and REHEARSE names).
+models write lives in ``protocol``.
 
 Usage::
 

@@ -7,8 +7,7 @@ conversation so far and the current call with its schema (``rehearse_messages``)
 examples go first when the prompt is over budget, then the oldest history messages after the
 request. ``rehearsal_text`` wraps an observation as a REHEARSE output (the SFT target).
 
-ACT's prompt and the tool rendering are in ``prompts.py``; ``protocol`` re-exports this file's
-names and parses REHEARSE outputs.
+ACT's prompt and the tool rendering are in ``prompts.py``; ``protocol`` parses REHEARSE outputs.
 
 Usage::
 

@@ -5,8 +5,7 @@ in ``<execution_result>...</execution_result>``; reasoning sits in ``<think>...<
 file holds those tags, ``TOOL_TAG_LIKE`` (anything that looks like a tool-call tag, found in
 linear time: the equivalent regex backtracks), and ``strip_think`` (reasoning removed, never
 editing inside a call or a result). The prompts that ask for these tags are in ``prompts.py``
-(ACT, FEEDBACK, MEMORY) and ``rehearse_prompt.py`` (REHEARSE); the parsers are in ``protocol``
-(which re-exports this file's names).
+(ACT, FEEDBACK, MEMORY) and ``rehearse_prompt.py`` (REHEARSE); the parsers are in ``protocol``.
 
 Usage::
 
