@@ -427,6 +427,12 @@ def test_copy_names_from_the_sft_users_draw_first_and_last_apart():
     assert [t.to_dict() for t in copy_tasks(hops, cfg)] == [t.to_dict() for t in copies]
     with pytest.raises(ValueError, match="no user id"):
         user_names([])
+    from envace_lite.config import ConfigError
+    from envace_lite.types import Task
+
+    bare = Task.from_dict({**hops[0].to_dict(), "grounding": [[]], "gold_calls": [[]]})
+    with pytest.raises(ConfigError, match="copy_names=sft_users: no user id"):
+        copy_tasks([bare], cfg)
 
 
 def test_extra_sft_tasks_add_act_transcripts_only():

@@ -39,7 +39,7 @@ import json
 import random
 import re
 
-from envace_lite.config import Config
+from envace_lite.config import Config, ConfigError
 from envace_lite.drills.copy_samples import syllable_name
 from envace_lite.types import Task
 
@@ -171,6 +171,9 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
 
     Registered as an extra warm-start task builder (``pipelines.sft.register_extra_sft_tasks``):
     the warm start takes their ACT transcripts only.
+
+    Raises:
+        ConfigError: ``copy_names=sft_users`` with drills that name no user id.
     """
     n = cfg.study.copy_rows
     if n <= 0:
@@ -178,12 +181,18 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     from envace_lite.drills.copy_samples import tau2_ids
     from envace_lite.drills.suite import DRILL_DOMAINS
 
+    drills = [t for t in tasks if t.suite in DRILL_DOMAINS]
+    if not drills:
+        return []
     forbidden = tau2_ids()
-    names = user_names(tasks) if cfg.study.copy_names == "sft_users" else None
+    names = None
+    if cfg.study.copy_people and cfg.study.copy_names == "sft_users":
+        try:
+            names = user_names(drills)
+        except ValueError as e:
+            raise ConfigError(f"study.copy_names=sft_users: {e}") from None
     out = []
-    for task in tasks:
-        if task.suite not in DRILL_DOMAINS:
-            continue
+    for task in drills:
         extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0
         for k in range(n + extra):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
