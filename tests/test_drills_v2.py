@@ -237,6 +237,7 @@ def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
     """Every shipped tuning point ran on the validation slice with a tuning seed (not one of the
     pre-registered confirmatory seeds), and the status says the gate stopped the study exactly
     when no point's SFT start reached its 10 % floor."""
+    import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "data/reference_results/drills_v2"
@@ -248,6 +249,9 @@ def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
         assert pt["split"] == "validation" and pt["episodes"] == 102, pt["point"]
         assert pt["suite"] in (V2, "tau2-retail-drills-v2-compact"), pt["point"]
         assert pt["seed"] not in confirmatory
+        warm_seeds = {int(x) for x in re.findall(r"warmstart [^;]*--seed (\d+)",
+                                                 pt.get("commands", ""))}
+        assert not warm_seeds & confirmatory, pt["point"]  # the warm start's seed too
         assert pt["success"] == pt["successes"] / pt["episodes"]
         assert 0 <= pt["failed_real_calls"] <= pt["real_calls"]
     stopped = "first gate" in prereg["status"]
