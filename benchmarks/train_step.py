@@ -27,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 import time
@@ -93,25 +92,6 @@ def make_trajectories(task: Any, tokenizer: Any, cfg: Any, k: int, turns: int,
                                f"raise rollout.max_prompt_tokens for {turns} turns")
         t.reward = i / k
     return trajs
-
-
-@contextlib.contextmanager
-def per_output_rows() -> Any:
-    """Make the trainer build one row per output instead of packed ACT rows (the baseline).
-
-    ``_generate_and_score_completions`` calls ``grpo.build_rows(trajs, "packed", roles)``; this
-    swaps the layout for the duration, so the baseline goes through exactly the same code.
-    """
-    from envace_lite.core import grpo
-    from envace_lite.types import ROLES
-
-    original = grpo.build_rows
-    grpo.build_rows = lambda trajs, layout="packed", roles=ROLES: original(
-        trajs, "per_output", roles)
-    try:
-        yield
-    finally:
-        grpo.build_rows = original
 
 
 def batch_tokens(batch: dict[str, Any], buckets: list[list[int]] | None = None,
@@ -190,8 +170,9 @@ def measure(profile: str, turns_list: list[int], k: int, repeats: int,
             trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train otherwise
             inputs = [{"task_index": 0}] * k
             batches = {"packed": trainer._generate_and_score_completions(inputs)}
-            with per_output_rows():
-                batches["per_output"] = trainer._generate_and_score_completions(inputs)
+            trainer.row_layout = "per_output"
+            batches["per_output"] = trainer._generate_and_score_completions(inputs)
+            trainer.row_layout = "packed"
             row = {"turns": turns, "k": k}
             # the same packed batch in one padded forward: the length bucketing's effect
             batches["packed_one_forward"] = batches["packed"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 
 from envace_lite.envs import BFCL_SUITES, bfcl, bfcl_schema, list_tasks, make_env
 from envace_lite.envs.base import replay_gold
@@ -137,7 +138,7 @@ def test_raw_bfcl_executor_would_run_injected_code():
     env = _started()
     run = bfcl._new_run_name("raw_")
     try:
-        out, _ = bfcl.multi_turn_utils.execute_multi_turn_func_call(
+        out, _ = multi_turn_utils.execute_multi_turn_func_call(
             ["__import__('os').getcwd()"], env.entry["initial_config"],
             env.entry["involved_classes"], run, env.task_id)
     finally:
@@ -347,7 +348,7 @@ def test_gold_calls_never_raise_and_fit_the_schemas(suite):
 @pytest.mark.parametrize("suite", ["bfcl-base", "bfcl-long_context"])
 def test_only_write_functions_change_checked_state(suite):
     """Replay every gold call alone and diff the public attributes the state checker compares."""
-    utils = bfcl.multi_turn_utils
+    utils = multi_turn_utils
     changed_by = set()
     for tid in list_tasks(suite, "all"):
         env = make_env(suite, tid)

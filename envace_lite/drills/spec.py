@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace_lite.envs.tau2 import Tau2Task
+from tau2.data_model.tasks import Task as Tau2Task
 
 TIERS: dict[str, tuple[str, ...]] = {
     "retail": ("lookup", "two_hop", "cancel", "return"),

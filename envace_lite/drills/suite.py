@@ -37,6 +37,8 @@ from dataclasses import asdict, replace
 from functools import cache
 from typing import Any
 
+from tau2.data_model.message import AssistantMessage, UserMessage
+
 from envace_lite.envs.base import GoldTurn
 from envace_lite.drills.generate import generate, skipped_by_reason
 from envace_lite.drills.records import COMPACT_SUITES, compact_record
@@ -50,9 +52,7 @@ from envace_lite.drills.spec import (
 )
 from envace_lite.envs.tau2 import (
     TICKET_INSTRUCTION,
-    AssistantMessage,
     Tau2Env,
-    UserMessage,
     tau2_constant,
     new_environment,
 )
