@@ -1,10 +1,10 @@
 """One home per name: every name of ``envace_lite`` is imported from the module that defines it.
 
 A module *defines* a name when it binds it at module level (``def``, ``class``, an assignment,
-also under a module-level ``if``/``try``/``with``), or imports it from outside the package. A
-module *re-exports* a name when it imports it from another ``envace_lite`` module and then lists
-it in ``__all__``, or when some caller gets it through that module. The test walks every module
-of the package with ``ast`` and fails when
+also under a module-level ``if``/``try``/``with``). A module *re-exports* a name when it imports
+it (from another ``envace_lite`` module or from outside the package: ``tau2``, ``pathlib``) and
+then lists it in ``__all__``, or when some caller gets it through that module. The test walks
+every module of the package with ``ast`` and fails when
 
 - a module lists in ``__all__`` a name that it imports from another ``envace_lite`` module;
 - a module of the package, a test, a benchmark, a ``scaled/`` script, a ``notebooks/`` script or
@@ -101,14 +101,11 @@ def package_modules(root: Path = ROOT) -> dict[str, Module]:
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname or not a.name.startswith(PACKAGE + "."):
-                        mod.defines.add(a.asname or a.name.split(".")[0])
+                        mod.imports[a.asname or a.name.split(".")[0]] = (a.name, "")
             elif isinstance(node, ast.ImportFrom):
                 src = _absolute(node, name, is_init)
                 for a in node.names:
-                    if src == PACKAGE or src.startswith(PACKAGE + "."):
-                        mod.imports[a.asname or a.name] = (src, a.name)
-                    else:
-                        mod.defines.add(a.asname or a.name)
+                    mod.imports[a.asname or a.name] = (src, a.name)
         mods[name] = mod
     for mod in mods.values():  # an imported submodule is a module, not a re-exported name
         for local, (src, orig) in list(mod.imports.items()):
@@ -139,7 +136,7 @@ def reexported_home(mods: dict[str, Module], module: str, name: str) -> str | No
     mod = mods.get(module)
     if mod is None or name not in mod.imports:
         return None
-    return home(mods, module, name) or ".".join(mod.imports[name])
+    return home(mods, module, name) or ".".join(p for p in mod.imports[name] if p)
 
 
 def caller_sources(root: Path = ROOT) -> list[tuple[str, str]]:
@@ -244,7 +241,8 @@ def test_the_checker_finds_a_re_export(tmp_path):
     pkg = tmp_path / PACKAGE
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "home.py").write_text("VALUE = 1\n\ndef f():\n    return VALUE\n")
+    (pkg / "home.py").write_text("from pathlib import Path\n\nVALUE = 1\n\n"
+                                 "def f():\n    return Path(str(VALUE))\n")
     (pkg / "relay.py").write_text("from envace_lite.home import VALUE, f\n\n"
                                   "__all__ = ['VALUE', 'g']\n\ndef g():\n    return f()\n")
     (pkg / "sub" / "__init__.py").write_text("from envace_lite.sub.inner import X, Y\n"
@@ -254,15 +252,16 @@ def test_the_checker_finds_a_re_export(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(
         "from envace_lite.relay import f, g\nfrom envace_lite.sub import X\n"
-        "from envace_lite import relay\nrelay.VALUE\n")
+        "from envace_lite import relay\nrelay.VALUE\nfrom envace_lite.home import Path\n")
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "b.py").write_text(
         "from envace_lite import relay\nreal = relay.f\nrelay.f = lambda: 0\n"
         "from envace_lite import sub\nsub.X\nsub.own()\n")
     assert reexport_problems(tmp_path) == [
+        "envace_lite.home: Path (home: pathlib.Path) -- tests/test_x.py:5",
         "envace_lite.other: X (home: envace_lite.sub.inner) -- __all__ of envace_lite/other.py",
         "envace_lite.relay: VALUE (home: envace_lite.home) -- __all__ of envace_lite/relay.py, "
         "tests/test_x.py:4 (attribute)",
         "envace_lite.relay: f (home: envace_lite.home) -- tests/test_x.py:1",
-        "envace_lite.sub: X (home: envace_lite.sub.inner) -- __all__ of envace_lite/sub/__init__.py, "
-        "benchmarks/b.py:5 (attribute), tests/test_x.py:2"]
+        "envace_lite.sub: X (home: envace_lite.sub.inner) -- __all__ of "
+        "envace_lite/sub/__init__.py, benchmarks/b.py:5 (attribute), tests/test_x.py:2"]
