@@ -77,6 +77,13 @@ class ModelConfig:
     a fifth on the v2 drills, against about four times when every word is split). A measured
     drills lever (``docs/drills.md``, "Tuning the v2 warm start"): it did not make the policy
     copy names (5.9 and 13.7 % on two tuning seeds against 19.6 and 16.7 % without it)."""
+    spell_names: bool = False
+    """``micro`` only: every letter of a name or an id is its own pre-token, so that a name is
+    copied letter by letter as an id's digits are (``model.split_digits``): the letters of a
+    capitalized word (``Omar`` -> ``O m a r``), and the letters, ``_`` and ``.`` of a word
+    joined to a digit or an ``@`` (``fatima_anderson_6252``, ``mei.martin5518@``,
+    ``gift_card_5193172``); tool names and keys without a digit (``find_user_id_by_name_zip``)
+    still merge. A drills lever (``docs/drills.md``, "Tuning the v2 warm start")."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"

@@ -7,7 +7,8 @@ of the train split, never on test tasks), and the model is a real ``Qwen3ForCaus
 
 Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
 that merges may cross spaces and punctuation (``model.split_digits`` and
-``model.split_capitalized`` isolate digits and capitalized words, drills levers); three special
+``model.split_capitalized`` isolate digits and capitalized words, ``model.spell_names`` the
+letters of names and ids, drills levers); three special
 tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
 ``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
 fingerprint of (recipe, vocabulary size, corpus).
@@ -84,8 +85,19 @@ def transcript_texts(ts: Any) -> list[str]:
     return texts
 
 
+SPELLED = (r"\p{Lu}|(?<=" + "|".join(r"\p{Lu}" + r"\p{Ll}" * k for k in range(15)) + r")\p{Ll}"
+           r"|[\p{L}_.](?=[\p{L}_.]*[\p{N}@])")
+"""The characters ``model.spell_names`` isolates (a regex for ``tokenizers``' ``Split``): every
+upper-case letter; a lower-case letter after an upper-case one and at most 14 lower-case ones
+(the rest of a capitalized word: Oniguruma's look-behind takes fixed-width alternatives only,
+so a capitalized word's 16th letter on merges again); a letter, ``_`` or ``.`` followed, within
+a run of such characters, by a digit or ``@`` (an id or an e-mail's local part). Example:
+``I'm Omar, fatima_anderson_6252`` -> ``I``, ``'m ``, ``O``, ``m``, ``a``, ``r``, ``, ``,
+``f`` ... ``_``, ``6252`` (the digits are ``model.split_digits``'s)."""
+
+
 def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False,
-              split_digits: bool = False) -> Any:
+              split_digits: bool = False, spell_names: bool = False) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
 
     Args:
@@ -97,6 +109,8 @@ def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False
             docstring).
         split_digits: isolate every digit before BPE (``model.split_digits``), so numbers and
             ids are one token per digit.
+        spell_names: isolate every character that ``SPELLED`` matches (``model.spell_names``),
+            so names and ids are one token per letter wherever they appear.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with ``CHAT_TEMPLATE``, eos ``<|im_end|>``, pad
@@ -106,7 +120,10 @@ def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    steps = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
+    # spelling goes first: it looks ahead across an id's digits, which Digits then isolates
+    steps = [pre_tokenizers.Split(Regex(SPELLED), "isolated")] if spell_names else []
+    if split_digits:
+        steps.append(pre_tokenizers.Digits(individual_digits=True))
     if split_capitalized:
         steps.append(pre_tokenizers.Split(Regex(r"\p{Lu}\p{Ll}+"), "isolated"))
     steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
@@ -170,7 +187,8 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
 
     texts = micro_corpus(cfg)
     key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else []) + (
-        ["capitalized"] if cfg.model.split_capitalized else [])
+        ["capitalized"] if cfg.model.split_capitalized else []) + (
+        ["spelled"] if cfg.model.spell_names else [])
     h = hashlib.sha1(json.dumps(key).encode())
     for t in texts:
         h.update(t.encode())
@@ -178,7 +196,7 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
     if rebuild or not is_cached(target, _RECIPE):
         start = time.perf_counter()
         tok = train_bpe(texts, cfg.model.vocab_size, split_capitalized=cfg.model.split_capitalized,
-                        split_digits=cfg.model.split_digits)
+                        split_digits=cfg.model.split_digits, spell_names=cfg.model.spell_names)
         write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
         log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
                  len(tok), len(texts), time.perf_counter() - start, target)
