@@ -70,6 +70,31 @@ def test_split_capitalized_gives_a_name_one_token_after_a_space_and_after_a_quot
     assert names.decode(names.encode(ticket + " 98141")) == ticket + " 98141"  # still lossless
 
 
+def test_spell_names_gives_a_name_and_an_id_one_token_per_letter_in_every_context():
+    texts = ["Hi, I'm Omar Silva, zip code 98141. My e-mail is mei.martin5518@example.com. " * 3,
+             '{"first_name": "Omar", "last_name": "Silva", "zip": "98141"} ' * 3,
+             '{"name": "find_user_id_by_name_zip"} fatima_anderson_6252 ' * 3] * 20
+    ticket, call = "I'm Omar Silva, zip", '"first_name": "Omar"'
+
+    def pieces(tok, text):
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+    tok = train_bpe(texts, 400, split_digits=True, spell_names=True)
+    # the same letters after a space in the ticket and after a quote in the call
+    assert pieces(tok, ticket)[:12] == ["I", "'m ", "O", "m", "a", "r", " ", "S", "i", "l", "v",
+                                        "a"]
+    assert pieces(tok, call)[-5:] == ["O", "m", "a", "r", '"']
+    # an id and an e-mail's local part are spelled up to the digits, which split_digits isolates
+    assert pieces(tok, "fatima_anderson_6252") == list("fatima_anderson_6252")
+    assert pieces(tok, "mei.martin5518@example.com")[:14] == list("mei.martin5518")
+    # a tool name without a digit still merges, and the text decodes to itself
+    assert len(pieces(tok, '"find_user_id_by_name_zip"')) <= 6  # against 26 characters
+    assert tok.decode(tok.encode(ticket + " 98141")) == ticket + " 98141"
+    # from the 17th letter on, a capitalized word is one piece again (a fixed-width look-behind)
+    split = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Abcdefghijklmnopqrs")
+    assert [p for p, _ in split][-3:] == ["o", "p", "qrs"]
+
+
 def test_micro_model_is_deterministic(micro_cfg, small_corpus):
     tok = train_bpe(small_corpus, 600)
     m1, m2 = micro_model(micro_cfg, tok), micro_model(micro_cfg, tok)

@@ -90,10 +90,10 @@ SPELLED = (r"\p{Lu}|(?<=" + "|".join(r"\p{Lu}" + r"\p{Ll}" * k for k in range(15
 """The characters ``model.spell_names`` isolates (a regex for ``tokenizers``' ``Split``): every
 upper-case letter; a lower-case letter after an upper-case one and at most 14 lower-case ones
 (the rest of a capitalized word: Oniguruma's look-behind takes fixed-width alternatives only,
-so a capitalized word's 16th letter on merges again); a letter, ``_`` or ``.`` followed, within
-a run of such characters, by a digit or ``@`` (an id or an e-mail's local part). Example:
-``I'm Omar, fatima_anderson_6252`` -> ``I``, ``'m ``, ``O``, ``m``, ``a``, ``r``, ``, ``,
-``f`` ... ``_``, ``6252`` (the digits are ``model.split_digits``'s)."""
+so from a capitalized word's 17th letter on it merges again); a letter, ``_`` or ``.``
+followed, within a run of such characters, by a digit or ``@`` (an id or an e-mail's local
+part). Example: ``I'm Omar, fatima_anderson_6252`` -> ``I``, ``'m ``, ``O``, ``m``, ``a``,
+``r``, ``, ``, ``f`` ... ``_``, ``6252`` (the digits are ``model.split_digits``'s)."""
 
 
 def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False,
