@@ -83,7 +83,7 @@ def test_drills_reading_command_writes_the_record(tmp_path):
         "seconds": 12.5, "rows": {"act_rows": 3, "rehearse_rows": 1, "tokens": 900},
         "sft": {"steps": 7, "loss_first": 4.0, "loss_last": 1.0}}))
     (ws / "config.json").write_text(json.dumps({"warmstart": {"sft_share": 0.5},
-                                                "model": {"checkpoint": ""}}))
+                                                "model": {"checkpoint": ""}, "run": {"seed": 2}}))
     out = tmp_path / "tuning" / "lever.json"
     res = CliRunner().invoke(app, ["drills", "reading", "--eval", str(ev), "--warmstart", str(ws),
                                    "--name", "lever", "--load", "1.5", "--out", str(out)])
@@ -95,7 +95,8 @@ def test_drills_reading_command_writes_the_record(tmp_path):
     assert rec["split"] == "validation" and rec["suite"] == V2 and rec["load_at_start"] == 1.5
     assert (rec["episodes"], rec["successes"], rec["success"], rec["errors"]) == (5, 2, 0.4, 1)
     assert (rec["real_calls"], rec["failed_real_calls"], rec["write_successes"]) == (9, 3, 1)
-    assert rec["reading"]["writes_made"] == 2 and rec["seed"] == 0
+    assert rec["reading"]["writes_made"] == 2
+    assert (rec["seed"], rec["eval_seed"]) == (2, 0)  # the policy's seed, then the evaluation's
     assert rec["warmstart"]["steps"] == 7 and rec["warmstart"]["rows"]["act_rows"] == 3
     assert rec["warmstart"]["config"] == {"sft_share": 0.5}
     assert len(read_rows(ev / "results.jsonl")) == 6

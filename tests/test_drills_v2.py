@@ -252,6 +252,8 @@ def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
         warm_seeds = {int(x) for x in re.findall(r"warmstart [^;]*--seed (\d+)",
                                                  pt.get("commands", ""))}
         assert not warm_seeds & confirmatory, pt["point"]  # the warm start's seed too
+        if warm_seeds:  # the record's seed is the policy's, not the evaluation's
+            assert {pt["seed"]} == warm_seeds and pt["eval_seed"] == 0, pt["point"]
         assert pt["success"] == pt["successes"] / pt["episodes"]
         assert 0 <= pt["failed_real_calls"] <= pt["real_calls"]
     stopped = "first gate" in prereg["status"]

@@ -301,7 +301,8 @@ def drills_reading(
     out: str = typer.Option("", help="write the record (JSON) here"),
 ) -> None:
     """What a drills evaluation says about reading: success per tier and class, correct ids in
-    real calls, fact-exact replies, writes made and right (``drills/reading.py``)."""
+    real calls, fact-exact replies, writes made and right (``drills/reading.py``). The record's
+    ``seed`` is the warm start's ``run.seed`` (``--warmstart``), ``eval_seed`` the evaluation's."""
     from envace_lite.paths import git_commit
     from envace_lite.drills.reading import read_rows, reading_metrics
 
@@ -312,7 +313,7 @@ def drills_reading(
     m = reading_metrics(rows)
     record: dict = {"point": name or folder.name, "split": ",".join(splits),
                     "suite": ",".join(sorted({r["suite"] for r in rows})),
-                    "seed": seeds[0] if len(seeds) == 1 else seeds,
+                    "eval_seed": seeds[0] if len(seeds) == 1 else seeds,
                     "episodes": m["success"]["of"], "errors": m["errors"],
                     "success": m["success"]["n"] / m["success"]["of"] if m["success"]["of"]
                     else 0.0, "successes": m["success"]["n"],
@@ -325,6 +326,8 @@ def drills_reading(
         summary = json.loads((ws / "summary.json").read_text())
         cfg = json.loads((ws / "config.json").read_text()) if (ws / "config.json").exists() else {}
         sft = summary.get("sft", {})
+        # the policy's seed is its warm start's (the evaluation's own seed is "eval_seed")
+        record["seed"] = cfg.get("run", {}).get("seed", 0)
         record["warmstart"] = {
             "config": dict(cfg.get("warmstart", {})), "study": dict(cfg.get("study", {})),
             "checkpoint": cfg.get("model", {}).get("checkpoint", ""),
