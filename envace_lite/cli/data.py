@@ -300,9 +300,8 @@ def drills_reading(
     command: str = typer.Option("", help="the commands that made the policy and the evaluation"),
     out: str = typer.Option("", help="write the record (JSON) here"),
 ) -> None:
-    """What a drills evaluation says about reading: success per tier and class, correct ids in
-    real calls, fact-exact replies, writes made and right (``drills/reading.py``). The record's
-    ``seed`` is the warm start's ``run.seed`` (``--warmstart``), ``eval_seed`` the evaluation's."""
+    """What a drills evaluation says about reading (``drills/reading.py``): success per tier and
+    class, ids, exact facts, writes; ``seed`` is the warm start's, ``eval_seed`` the eval's."""
     from envace_lite.paths import git_commit
     from envace_lite.drills.reading import read_rows, reading_metrics
 
@@ -325,9 +324,7 @@ def drills_reading(
         ws = existing_folder(warmstart, "--warmstart", "summary.json")
         summary = json.loads((ws / "summary.json").read_text())
         cfg = json.loads((ws / "config.json").read_text()) if (ws / "config.json").exists() else {}
-        sft = summary.get("sft", {})
-        # the policy's seed is its warm start's (the evaluation's own seed is "eval_seed")
-        record["seed"] = cfg.get("run", {}).get("seed", 0)
+        sft, record["seed"] = summary.get("sft", {}), cfg.get("run", {}).get("seed", 0)
         record["warmstart"] = {
             "config": dict(cfg.get("warmstart", {})), "study": dict(cfg.get("study", {})),
             "checkpoint": cfg.get("model", {}).get("checkpoint", ""),
