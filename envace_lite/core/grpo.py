@@ -1,4 +1,4 @@
-# Long by design: one TRL trainer subclass whose overrides (rows, role-wise baselines, loss) share its state.
+# Long by design: one TRL trainer subclass; its overrides (rows, baselines, loss) share state.
 """Role-wise GRPO (paper §2.2) on TRL: the GRPOTrainer that trains packed rows (``rows.py``).
 
 One policy plays ACT and REHEARSE. Every output y_{i,m} of trajectory i (an ACT turn or a REHEARSE
