@@ -86,6 +86,14 @@ class ModelConfig:
     still merge. A measured drills lever (``docs/drills.md``, "Tuning the v2 warm start"): the
     policy still wrote a name from its prior, now letter by letter, and the longer sequences
     (1.54 M ACT tokens against 0.89 M) took every tier to 0 (0 of 102 on two tuning seeds)."""
+    split_id_names: bool = False
+    """``micro`` only: the lower-case words of an id or an e-mail joined to its digits are each
+    their own pre-token (``ID_WORDS``: ``omar_silva_9907`` -> ``omar``, ``_``, ``silva``, ``_``
+    and the digits; ``mei.martin5518@`` -> ``mei``, ``.``, ``martin``), so a user id is the same
+    tokens in the tool response that returns it and in the call that copies it, where merges
+    with the text around it (``\\nomar``, ``a_``) differ. With ``model.split_capitalized``, the
+    name in a ticket and in a call is one token too. A drills lever (``docs/drills.md``, "Tuning
+    the v2 warm start")."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"

@@ -95,6 +95,30 @@ def test_spell_names_gives_a_name_and_an_id_one_token_per_letter_in_every_contex
     assert [p for p, _ in split][-3:] == ["o", "p", "qrs"]
 
 
+def test_split_id_names_gives_a_user_id_the_same_tokens_in_a_response_and_in_a_call():
+    texts = ["<tool_response>\nomar_silva_9907\n</tool_response> " * 3,
+             '{"name": "get_user_details", "arguments": {"user_id": "omar_silva_9907"}} ' * 3,
+             "Hi, my email is mei.martin5518@example.com. " * 3] * 20
+    response, call = "<tool_response>\nomar_silva_9907\n", '{"user_id": "omar_silva_9907"}'
+
+    def pieces(tok, text):
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+    merged = train_bpe(texts, 400, split_digits=True)
+    # without it the id's two names and a "_" merge into one piece, a token of this user only
+    assert pieces(merged, call)[2:4] == ["omar_silva_", "9"]
+    ids = train_bpe(texts, 400, split_digits=True, split_id_names=True)
+    expected = ["omar", "_", "silva", "_", "9", "9", "0", "7"]
+    got_response, got_call = pieces(ids, response), pieces(ids, call)
+    assert got_response[got_response.index("omar"):][:8] == expected
+    assert got_call[got_call.index("omar"):][:8] == expected
+    # an e-mail's local part too; a tool name and a key, which reach no digit, still merge
+    assert pieces(ids, "mei.martin5518@")[:3] == ["mei", ".", "martin"]
+    pre = ids.backend_tokenizer.pre_tokenizer.pre_tokenize_str('"find_user_id_by_name_zip", "user_id"')
+    assert len(pre) == 1
+    assert ids.decode(ids.encode(call)) == call  # lossless
+
+
 def test_micro_model_is_deterministic(micro_cfg, small_corpus):
     tok = train_bpe(small_corpus, 600)
     m1, m2 = micro_model(micro_cfg, tok), micro_model(micro_cfg, tok)

@@ -7,8 +7,8 @@ of the train split, never on test tasks), and the model is a real ``Qwen3ForCaus
 
 Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
 that merges may cross spaces and punctuation (``model.split_digits`` and
-``model.split_capitalized`` isolate digits and capitalized words, ``model.spell_names`` the
-letters of names and ids, drills levers); three special
+``model.split_capitalized`` isolate digits and capitalized words, ``model.split_id_names``
+the words of ids, ``model.spell_names`` the letters of names and ids, drills levers); three special
 tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
 ``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
 fingerprint of (recipe, vocabulary size, corpus).
@@ -95,9 +95,17 @@ followed, within a run of such characters, by a digit or ``@`` (an id or an e-ma
 part). Example: ``I'm Omar, fatima_anderson_6252`` -> ``I``, ``'m ``, ``O``, ``m``, ``a``,
 ``r``, ``, ``, ``f`` ... ``_``, ``6252`` (the digits are ``model.split_digits``'s)."""
 
+ID_WORDS = r"[a-z]+(?=[_.][a-z]+_?\d)|(?<=[a-z][_.])[a-z]+(?=_?\d)"
+"""The words ``model.split_id_names`` isolates (a regex for ``tokenizers``' ``Split``): the
+lower-case word before ``_`` or ``.`` and another word that runs on to a digit, and that second
+word itself (the name parts of ``omar_silva_9907``, ``mei.martin5518@example.com``, and the
+``gift``, ``card`` of ``gift_card_5193172``). Tool names and keys (``find_user_id_by_name_zip``,
+``user_id``) reach no digit and still merge."""
+
 
 def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False,
-              split_digits: bool = False, spell_names: bool = False) -> Any:
+              split_digits: bool = False, spell_names: bool = False,
+              split_id_names: bool = False) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a chat tokenizer.
 
     Args:
@@ -111,6 +119,8 @@ def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False
             ids are one token per digit.
         spell_names: isolate every character that ``SPELLED`` matches (``model.spell_names``),
             so names and ids are one token per letter wherever they appear.
+        split_id_names: isolate every word that ``ID_WORDS`` matches (``model.split_id_names``),
+            so the name parts of a user id or an e-mail are the same tokens wherever it appears.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with ``CHAT_TEMPLATE``, eos ``<|im_end|>``, pad
@@ -120,8 +130,11 @@ def train_bpe(texts: list[str], vocab_size: int, split_capitalized: bool = False
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    # spelling goes first: it looks ahead across an id's digits, which Digits then isolates
+    # spelling and id words go first: they look ahead across an id's digits, which Digits then
+    # isolates
     steps = [pre_tokenizers.Split(Regex(SPELLED), "isolated")] if spell_names else []
+    if split_id_names:
+        steps.append(pre_tokenizers.Split(Regex(ID_WORDS), "isolated"))
     if split_digits:
         steps.append(pre_tokenizers.Digits(individual_digits=True))
     if split_capitalized:
@@ -188,7 +201,8 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
     texts = micro_corpus(cfg)
     key = [_RECIPE, cfg.model.vocab_size] + (["digits"] if cfg.model.split_digits else []) + (
         ["capitalized"] if cfg.model.split_capitalized else []) + (
-        ["spelled"] if cfg.model.spell_names else [])
+        ["spelled"] if cfg.model.spell_names else []) + (
+        ["id_words"] if cfg.model.split_id_names else [])
     h = hashlib.sha1(json.dumps(key).encode())
     for t in texts:
         h.update(t.encode())
@@ -196,7 +210,8 @@ def micro_tokenizer(cfg: Config, rebuild: bool = False, shipped: bool = True) ->
     if rebuild or not is_cached(target, _RECIPE):
         start = time.perf_counter()
         tok = train_bpe(texts, cfg.model.vocab_size, split_capitalized=cfg.model.split_capitalized,
-                        split_digits=cfg.model.split_digits, spell_names=cfg.model.spell_names)
+                        split_digits=cfg.model.split_digits, spell_names=cfg.model.spell_names,
+                        split_id_names=cfg.model.split_id_names)
         write_cache(target, _RECIPE, tok.save_pretrained, replace=rebuild)
         log.info("trained the micro tokenizer (%d ids, %d texts) in %.1f s; cached at %s",
                  len(tok), len(texts), time.perf_counter() - start, target)
