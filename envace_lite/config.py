@@ -410,6 +410,12 @@ class StudyConfig:
     """A ``copy`` pretrain (``copy_warmup.COPY_PRETRAINS``): the copy warm-up's rate after its 50
     warm-up steps: ``constant`` (1e-3, the shipped bases) or ``cosine`` (from 1e-3 to 0 over
     ``pretrain_steps``; a measured lever in ``docs/drills.md``)."""
+    pretrain_names: Literal["syllables", "sft_users"] = "syllables"
+    """``study.pretrain="copy_people"``: where the people copies of the copy warm-up take their
+    first and last names: ``syllables``, random consonant-vowel syllables that no tau2 user has
+    (``copy_samples.syllable_name``); ``sft_users``, a first name and a last name drawn apart
+    from the names of the SFT drills' own users (``drills.copy_rows.user_names``), so that the
+    warm-up copies names in the tokens real tickets use. A drills lever (``docs/drills.md``)."""
     world_rows: int = 0
     """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
     ``drills.world_rows.world_tasks``) join the SFT rows, every one with its task's grounding

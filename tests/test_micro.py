@@ -231,6 +231,53 @@ def test_copy_samples_with_hops_are_second_calls_that_copy_past_a_record():
     assert hashlib.sha1(plain).hexdigest() == "78a1ba163a4ed1412d69cf83d65e22ede1d01d4c"
 
 
+def test_copy_samples_people_take_their_names_from_the_lists_given():
+    """copy_people with ``names`` (``study.pretrain_names=sft_users``): every people copy's
+    find call, e-mail and user id is made of a first name and a last name from the lists; the
+    syllable samples of the same seed are not (their rng draws differ from the first name on)."""
+    import json
+
+    from envace_lite.drills.copy_samples import copy_samples
+
+    names = (["Omar", "Mei"], ["Silva"])
+    allowed = {"omar_silva", "mei_silva"}
+    samples = copy_samples(120, seed=5, people=True, names=names)
+    found = 0
+    for messages, answer in samples:
+        call = json.loads(answer.split("\n")[1]) if answer.startswith("<tool_call>") else {}
+        args = call.get("arguments", {})
+        if call.get("name") == "find":
+            found += 1
+            if "email" in args:
+                local = args["email"].split("@")[0].rstrip("0123456789")
+                assert local.replace(".", "_") in allowed
+            else:
+                assert (args["first_name"] in names[0], args["last_name"]) == (True, "Silva")
+                assert f"{args['first_name']} Silva" in messages[0]["content"]
+        elif "user_id" in args and len(messages) == 3:  # the lookup after the find
+            assert args["user_id"].rsplit("_", 1)[0] in allowed
+            assert args["user_id"] in messages[2]["content"]
+    assert found > 5
+    syllables = copy_samples(120, seed=5, people=True)
+    assert syllables != samples
+    assert not any("Silva" in a for _, a in syllables)
+
+
+def test_people_names_are_the_sft_drills_users_only_under_sft_users():
+    from envace_lite.drills.copy_warmup import people_names
+
+    over = {"grpo.suites": ["tau2-retail-drills-v2-compact"], "warmstart.sft_share": 0.5,
+            "study.pretrain": "copy_people"}
+    assert people_names(get_config("drills", over)) is None  # syllables, the default
+    assert people_names(get_config("drills", {**over, "study.pretrain": "copy",
+                                              "study.pretrain_names": "sft_users"})) is None
+    firsts, lasts = people_names(get_config("drills", {**over,
+                                                       "study.pretrain_names": "sft_users"}))
+    # the 26 first and 26 last names of the SFT half's users (docs/drills.md)
+    assert (len(firsts), len(lasts)) == (26, 26)
+    assert {"Omar", "Fatima", "Mei"} <= set(firsts) and {"Silva", "Martin"} <= set(lasts)
+
+
 def test_warm_start_options_share_the_tokenizer_corpus():
     """Memory transcripts and slip rows are warm-start rows, not tokenizer text: every option of
     a profile trains on one tokenizer (and one cached copy base)."""

@@ -61,7 +61,8 @@ def _copy_id(rng: random.Random) -> tuple[str, str, str]:
 
 
 def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
-                 hops: bool = False, records: bool = False, people: bool = False
+                 hops: bool = False, records: bool = False, people: bool = False,
+                 names: tuple[list[str], list[str]] | None = None
                  ) -> list[tuple[list[dict[str, str]], str]]:
     """``n`` chat samples ``(messages, answer)`` that can only be answered by copying.
 
@@ -95,6 +96,8 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
             or an e-mail) and the answer is a ``find`` call with them; or, after that call and
             its tool response (a user id), a ``lookup`` of that user id. This is the first two
             calls of a two-hop drill, on random syllable names (``syllable_name``).
+        names: with ``people``, ``(first names, last names)`` to draw the people's names from
+            (``study.pretrain_names=sft_users``) instead of syllables.
 
     Returns:
         A list of ``(messages, answer)``: one user message, or with ``hops`` for a second call,
@@ -109,7 +112,7 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
         what = {"order_id": "order", "user_id": "user id", "reservation_id": "reservation",
                 "email": "email"}[kind]
         if people and rng.random() < 1 / 3:
-            sample = _people_sample(rng, forbidden)
+            sample = _people_sample(rng, forbidden, names)
             if sample is not None:
                 out.append(sample)
             continue
@@ -142,11 +145,16 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     return out
 
 
-def _people_sample(rng: random.Random, forbidden: frozenset[str]
+def _people_sample(rng: random.Random, forbidden: frozenset[str],
+                   names: tuple[list[str], list[str]] | None = None
                    ) -> tuple[list[dict[str, str]], str] | None:
-    """One people copy of ``copy_samples(people=True)``; None when the user id drawn is
-    forbidden (the caller draws again)."""
-    first, last = syllable_name(rng), syllable_name(rng)
+    """One people copy of ``copy_samples(people=True)``, named from ``names`` (first names, last
+    names) or with syllables; None when the user id drawn is forbidden (the caller draws
+    again)."""
+    if names:
+        first, last = rng.choice(names[0]), rng.choice(names[1])
+    else:
+        first, last = syllable_name(rng), syllable_name(rng)
     uid = f"{first.lower()}_{last.lower()}_{rng.randint(1000, 9999)}"
     if uid in forbidden:
         return None

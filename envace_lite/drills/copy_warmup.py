@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from envace_lite.config import Config
+from envace_lite.config import Config, ConfigError
 from envace_lite.drills.copy_samples import copy_samples, tau2_ids
 from envace_lite.models.micro import chatml_text, micro_model, micro_tokenizer
 from envace_lite.paths import cache_dir, is_cached, write_cache
@@ -116,7 +116,8 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     0; gradient clip 1.0) of 64 ``copy_samples`` each, loss on the answer tokens only (the
     message's random ids are not predictable, and their loss would drown the copy signal). fp32
     on CPU. ``"copy_hops"`` adds the second-call samples of ``copy_samples(hops=True)``,
-    ``"copy_people"`` the people copies of ``copy_samples(people=True)``,
+    ``"copy_people"`` the people copies of ``copy_samples(people=True)`` (named from the SFT
+    drills' users under ``study.pretrain_names=sft_users``, ``people_names``),
     ``"copy_records"`` the record copies of ``copy_samples(records=True)``, trained in length
     chunks by ``chunked_answer_loss``. Measured: 81 of 100 fresh samples copied exactly after
     250 steps (``docs/results-log.md``, "The copy warm-up").
@@ -132,7 +133,7 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     forbidden = tau2_ids()
     model = micro_model(copy_config(cfg, seed=st.pretrain_seed), tokenizer)
     samples = copy_samples(batch * st.pretrain_steps + 100, st.pretrain_seed, forbidden, hops,
-                           records, people)
+                           records, people, people_names(cfg))
     held_out, samples = samples[:100], samples[100:]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.pad_token_id
@@ -175,12 +176,32 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     return model, result
 
 
+def people_names(cfg: Config) -> tuple[list[str], list[str]] | None:
+    """The names the copy warm-up's people copies take under ``study.pretrain_names=sft_users``:
+    ``(first names, last names)`` of the SFT drills' users (``drills.copy_rows.user_names``);
+    None (syllables) otherwise.
+
+    Raises:
+        ConfigError: ``sft_users`` when the SFT tasks hold no drill user.
+    """
+    if cfg.study.pretrain != "copy_people" or cfg.study.pretrain_names != "sft_users":
+        return None
+    from envace_lite.core.task_split import training_tasks
+    from envace_lite.drills.copy_rows import user_names
+    from envace_lite.drills.suite import DRILL_DOMAINS
+
+    try:
+        return user_names([t for t in training_tasks(cfg, "sft") if t.suite in DRILL_DOMAINS])
+    except ValueError as e:
+        raise ConfigError(f"study.pretrain_names=sft_users: {e}") from None
+
+
 def copy_base(cfg: Config, tokenizer: Any) -> Any:
     """The micro model of ``cfg`` after a copy warm-up lever (``study.pretrain="copy_hops"``,
     ``"copy_records"``, or ``"copy"`` with a recipe other than the shipped base's;
     ``train_copy``), trained once and cached under ``cache_dir("pretrained")`` by (recipe,
-    sizes, steps, seed, vocabulary, ``hops`` or ``records``, and a non-constant schedule when
-    set), in ``micro-copy-<hash>``, ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
+    sizes, steps, seed, vocabulary, ``hops``, ``records`` or ``people``, a non-constant schedule
+    and the people's names when set), in ``micro-copy-<hash>``, ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
     The shipped recipe never reaches it (``models.micro.micro_policy`` loads the shipped base).
 
     Returns:
@@ -190,12 +211,13 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
 
     m, st = cfg.model, cfg.study
     hops, records = st.pretrain == "copy_hops", st.pretrain == "copy_records"
-    people = st.pretrain == "copy_people"
+    people, names = st.pretrain == "copy_people", people_names(cfg)
     key = [_COPY_RECIPE, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
            st.pretrain_steps, st.pretrain_seed, len(tokenizer), m.context_window] + (
                ["hops"] if hops else []) + (["records"] if records else []) + (
                ["people"] if people else []) + (
-               [] if st.pretrain_schedule == "constant" else [st.pretrain_schedule])
+               [] if st.pretrain_schedule == "constant" else [st.pretrain_schedule]) + (
+               [names] if names else [])
     h = hashlib.sha1(json.dumps(key).encode())
     h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     name = ("micro-copy-hops" if hops else "micro-copy-records" if records else
@@ -245,5 +267,4 @@ def copy_config(cfg: Config, seed: int) -> Config:
 
 
 __all__ = ["COPY_PRETRAINS", "answer_batch", "build_base", "chunked_answer_loss", "copy_base",
-           "copy_config", "copy_lr_factor", "optimizer_step",
-           "train_copy"]
+           "copy_config", "copy_lr_factor", "optimizer_step", "people_names", "train_copy"]
