@@ -114,8 +114,8 @@ def test_split_id_names_gives_a_user_id_the_same_tokens_in_a_response_and_in_a_c
     assert got_call[got_call.index("omar"):][:8] == expected
     # an e-mail's local part too; a tool name and a key, which reach no digit, still merge
     assert pieces(ids, "mei.martin5518@")[:3] == ["mei", ".", "martin"]
-    pre = ids.backend_tokenizer.pre_tokenizer.pre_tokenize_str('"find_user_id_by_name_zip", "user_id"')
-    assert len(pre) == 1
+    keys = '"find_user_id_by_name_zip", "user_id"'
+    assert len(ids.backend_tokenizer.pre_tokenizer.pre_tokenize_str(keys)) == 1
     assert ids.decode(ids.encode(call)) == call  # lossless
 
 

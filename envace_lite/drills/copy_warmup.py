@@ -201,7 +201,8 @@ def copy_base(cfg: Config, tokenizer: Any) -> Any:
     ``"copy_records"``, or ``"copy"`` with a recipe other than the shipped base's;
     ``train_copy``), trained once and cached under ``cache_dir("pretrained")`` by (recipe,
     sizes, steps, seed, vocabulary, ``hops``, ``records`` or ``people``, a non-constant schedule
-    and the people's names when set), in ``micro-copy-<hash>``, ``micro-copy-hops-<hash>`` or ``micro-copy-records-<hash>``.
+    and the people's names when set), in ``micro-copy-<hash>``, ``micro-copy-hops-<hash>``,
+    ``micro-copy-records-<hash>`` or ``micro-copy-people-<hash>``.
     The shipped recipe never reaches it (``models.micro.micro_policy`` loads the shipped base).
 
     Returns:

@@ -8,8 +8,8 @@ of the train split, never on test tasks), and the model is a real ``Qwen3ForCaus
 Tokenizer (``micro_tokenizer``): byte-level BPE (``tokenizers``) with NO pre-tokenizer split, so
 that merges may cross spaces and punctuation (``model.split_digits`` and
 ``model.split_capitalized`` isolate digits and capitalized words, ``model.split_id_names``
-the words of ids, ``model.spell_names`` the letters of names and ids, drills levers); three special
-tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
+the words of ids, ``model.spell_names`` the letters of names and ids, drills levers); three
+special tokens ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML chat template (``CHAT_TEMPLATE``), so that
 ``chat_ids``/``chat_glue`` work unchanged. Cached under ``cache_dir("tokenizers")`` by a
 fingerprint of (recipe, vocabulary size, corpus).
 
