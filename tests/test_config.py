@@ -209,8 +209,8 @@ def test_enumerations_have_one_home():
     assert tuple(DECODING) == DECODINGS == ("greedy", "sample")
     assert (field_type("grpo.mode"), field_type("rehearsal.mode")) == (TrainMode, RehearsalMode)
     assert field_type("eval.decoding") == field_type("rehearsal.decoding") == Decoding
-    assert len(literal_fields()) == 21
-    assert {"grpo.judge", "study.copy_names"} <= set(literal_fields())
+    assert len(literal_fields()) == 22
+    assert {"grpo.judge", "study.copy_names", "study.pretrain_names"} <= set(literal_fields())
     assert {"study.reward_control", "study.pretrain_schedule"} <= set(literal_fields())
     assert {"study.memory_source", "rehearsal.memory_placement"} <= set(literal_fields())
     # every value of the home is accepted, and a value outside it is refused in both places
