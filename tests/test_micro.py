@@ -52,21 +52,23 @@ def test_bpe_build_is_deterministic_and_chatml(small_corpus):
     assert glue.eot_id == 2 and glue.gen_prompt == "<|im_start|>assistant\n"
 
 
+def _pieces(tok, text):
+    """The text of each token of ``text`` under ``tok``."""
+    return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+
 def test_split_capitalized_gives_a_name_one_token_after_a_space_and_after_a_quote():
     texts = ["Hi, I'm Omar Silva, zip code 98141. " * 3,
              '{"first_name": "Omar", "last_name": "Silva", "zip": "98141"} ' * 3] * 20
     ticket, call = "I'm Omar Silva, zip", '"first_name": "Omar", "last_name": "Silva"'
 
-    def pieces(tok, text):
-        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
-
     merged = train_bpe(texts, 400, split_digits=True)
     # merges cross the word boundaries: the names hide inside longer pieces of the ticket
-    assert "Omar" not in pieces(merged, ticket) and "Silva" not in pieces(merged, ticket)
+    assert "Omar" not in _pieces(merged, ticket) and "Silva" not in _pieces(merged, ticket)
     names = train_bpe(texts, 400, split_capitalized=True, split_digits=True)
-    assert pieces(names, ticket) == ["I'm", " ", "Omar", " ", "Silva", ", zip"]
-    assert pieces(names, call) == ['"f', 'irst_name": "', "Omar", '", "last_name": "', "Silva",
-                                   '"']
+    assert _pieces(names, ticket) == ["I'm", " ", "Omar", " ", "Silva", ", zip"]
+    assert _pieces(names, call) == ['"f', 'irst_name": "', "Omar", '", "last_name": "', "Silva",
+                                    '"']
     assert names.decode(names.encode(ticket + " 98141")) == ticket + " 98141"  # still lossless
 
 
@@ -76,19 +78,16 @@ def test_spell_names_gives_a_name_and_an_id_one_token_per_letter_in_every_contex
              '{"name": "find_user_id_by_name_zip"} fatima_anderson_6252 ' * 3] * 20
     ticket, call = "I'm Omar Silva, zip", '"first_name": "Omar"'
 
-    def pieces(tok, text):
-        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
-
     tok = train_bpe(texts, 400, split_digits=True, spell_names=True)
     # the same letters after a space in the ticket and after a quote in the call
-    assert pieces(tok, ticket)[:12] == ["I", "'m ", "O", "m", "a", "r", " ", "S", "i", "l", "v",
-                                        "a"]
-    assert pieces(tok, call)[-5:] == ["O", "m", "a", "r", '"']
+    assert _pieces(tok, ticket)[:12] == ["I", "'m ", "O", "m", "a", "r", " ", "S", "i", "l", "v",
+                                         "a"]
+    assert _pieces(tok, call)[-5:] == ["O", "m", "a", "r", '"']
     # an id and an e-mail's local part are spelled up to the digits, which split_digits isolates
-    assert pieces(tok, "fatima_anderson_6252") == list("fatima_anderson_6252")
-    assert pieces(tok, "mei.martin5518@example.com")[:14] == list("mei.martin5518")
+    assert _pieces(tok, "fatima_anderson_6252") == list("fatima_anderson_6252")
+    assert _pieces(tok, "mei.martin5518@example.com")[:14] == list("mei.martin5518")
     # a tool name without a digit still merges, and the text decodes to itself
-    assert len(pieces(tok, '"find_user_id_by_name_zip"')) <= 6  # against 26 characters
+    assert len(_pieces(tok, '"find_user_id_by_name_zip"')) <= 6  # against 26 characters
     assert tok.decode(tok.encode(ticket + " 98141")) == ticket + " 98141"
     # from the 17th letter on, a capitalized word is one piece again (a fixed-width look-behind)
     split = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Abcdefghijklmnopqrs")
@@ -101,19 +100,16 @@ def test_split_id_names_gives_a_user_id_the_same_tokens_in_a_response_and_in_a_c
              "Hi, my email is mei.martin5518@example.com. " * 3] * 20
     response, call = "<tool_response>\nomar_silva_9907\n", '{"user_id": "omar_silva_9907"}'
 
-    def pieces(tok, text):
-        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
-
     merged = train_bpe(texts, 400, split_digits=True)
     # without it the id's two names and a "_" merge into one piece, a token of this user only
-    assert pieces(merged, call)[2:4] == ["omar_silva_", "9"]
+    assert _pieces(merged, call)[2:4] == ["omar_silva_", "9"]
     ids = train_bpe(texts, 400, split_digits=True, split_id_names=True)
     expected = ["omar", "_", "silva", "_", "9", "9", "0", "7"]
-    got_response, got_call = pieces(ids, response), pieces(ids, call)
+    got_response, got_call = _pieces(ids, response), _pieces(ids, call)
     assert got_response[got_response.index("omar"):][:8] == expected
     assert got_call[got_call.index("omar"):][:8] == expected
     # an e-mail's local part too; a tool name and a key, which reach no digit, still merge
-    assert pieces(ids, "mei.martin5518@")[:3] == ["mei", ".", "martin"]
+    assert _pieces(ids, "mei.martin5518@")[:3] == ["mei", ".", "martin"]
     keys = '"find_user_id_by_name_zip", "user_id"'
     assert len(ids.backend_tokenizer.pre_tokenizer.pre_tokenize_str(keys)) == 1
     assert ids.decode(ids.encode(call)) == call  # lossless
