@@ -35,28 +35,36 @@ result explains), ``copy_samples`` (the copy warm-up's samples), ``copy_warmup``
 """
 from __future__ import annotations
 
-from envace_lite.core.rewards import register_reward_control
-from envace_lite.core.task_split import register_scenario_suite
-from envace_lite.core.transcripts import register_extra_task_rows
-from envace_lite.drills import (
-    calls_memory, copy_rows, copy_warmup, error_rows, pretrain, reward_control, suite, world_rows)
-from envace_lite.drills.records import COMPACT_SUITES
-from envace_lite.drills.spec import TIERS
-from envace_lite.envs import register_suites
-from envace_lite.models.micro import register_base
-from envace_lite.pipelines.sft import register_extra_rehearse_tasks, register_extra_sft_tasks
-from envace_lite.testtime.rehearsal import register_memory_writer
 
-register_suites(tuple(suite.DRILL_DOMAINS), suite)
-register_base(copy_warmup.COPY_PRETRAINS, copy_warmup.copy_base)
-register_base(tuple(TIERS), pretrain.pretrained_base, corpus=pretrain.pretrain_corpus)
-register_reward_control(reward_control.CONTROL, reward_control.shuffle_rewards,
-                        chosen=reward_control.chosen)
-register_extra_sft_tasks("copy_rows", copy_rows.copy_tasks)
-register_extra_task_rows("slip_rows", error_rows.slip_rows)  # slips first, then id errors
-register_extra_task_rows("id_error_rows", error_rows.id_error_rows)
-register_extra_rehearse_tasks("world_rows", world_rows.world_tasks, world_rows.world_examples)
-register_memory_writer(calls_memory.MEMORY_SOURCE, calls_memory.write_calls_memories,
-                       chosen=calls_memory.chosen)
-for _compact, _base in COMPACT_SUITES.items():  # same drills, same SFT/RL halves
-    register_scenario_suite(_compact, _base)
+def _register() -> None:
+    """Register the drills' suites, bases, control, rows and memory writer (the list above).
+    The imports are local, so the package re-exports none of the names it registers with."""
+    from envace_lite.core.rewards import register_reward_control
+    from envace_lite.core.task_split import register_scenario_suite
+    from envace_lite.core.transcripts import register_extra_task_rows
+    from envace_lite.drills import (
+        calls_memory, copy_rows, copy_warmup, error_rows, pretrain, reward_control, suite,
+        world_rows)
+    from envace_lite.drills.records import COMPACT_SUITES
+    from envace_lite.drills.spec import TIERS
+    from envace_lite.envs import register_suites
+    from envace_lite.models.micro import register_base
+    from envace_lite.pipelines.sft import register_extra_rehearse_tasks, register_extra_sft_tasks
+    from envace_lite.testtime.rehearsal import register_memory_writer
+
+    register_suites(tuple(suite.DRILL_DOMAINS), suite)
+    register_base(copy_warmup.COPY_PRETRAINS, copy_warmup.copy_base)
+    register_base(tuple(TIERS), pretrain.pretrained_base, corpus=pretrain.pretrain_corpus)
+    register_reward_control(reward_control.CONTROL, reward_control.shuffle_rewards,
+                            chosen=reward_control.chosen)
+    register_extra_sft_tasks("copy_rows", copy_rows.copy_tasks)
+    register_extra_task_rows("slip_rows", error_rows.slip_rows)  # slips first, then id errors
+    register_extra_task_rows("id_error_rows", error_rows.id_error_rows)
+    register_extra_rehearse_tasks("world_rows", world_rows.world_tasks, world_rows.world_examples)
+    register_memory_writer(calls_memory.MEMORY_SOURCE, calls_memory.write_calls_memories,
+                           chosen=calls_memory.chosen)
+    for compact, base in COMPACT_SUITES.items():  # same drills, same SFT/RL halves
+        register_scenario_suite(compact, base)
+
+
+_register()
