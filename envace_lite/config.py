@@ -452,9 +452,11 @@ class StudyConfig:
     """Warm start, with ``copy_rows``: the copies also take a fresh name, zip and e-mail for their
     user (random letters and digits, consistently in the ticket, the calls, the records and the
     user id), not only fresh ids and amounts (``drills.copy_rows.fresh_copy``)."""
-    copy_names: Literal["syllables", "sft_users"] = "syllables"
+    copy_names: Literal["syllables", "letters", "sft_users"] = "syllables"
     """Warm start, with ``copy_people``: where a copy's new first and last name come from:
-    ``syllables``, random consonant-vowel syllables that no tau2 user has; ``sft_users``, a first
+    ``syllables``, random consonant-vowel syllables that no tau2 user has; ``letters``, 4 to 7
+    letters each drawn uniformly (``copy_samples.letters_name``), so that no part of a name can
+    be guessed and only a copy writes it; ``sft_users``, a first
     name and a last name drawn apart from the names of the SFT drills' own users, so that the
     copies write names in the tokens real tickets use while no name follows from the rest of the
     ticket (``drills.copy_rows.copy_tasks``)."""

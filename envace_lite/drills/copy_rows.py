@@ -19,8 +19,9 @@ What is replaced (entity-free: no new id is one of tau2's, ``copy_samples.tau2_i
   cent digit (so that its JSON number and its text agree).
 
 With ``study.copy_people``, the copy's user also gets a fresh first and last name (random
-syllables, ``copy_samples.syllable_name``; with ``study.copy_names=sft_users``, a first and a
-last name drawn apart from the SFT drills' own users, ``user_names``), zip (5 digits) and e-mail
+syllables, ``copy_samples.syllable_name``; with ``study.copy_names=letters``, random letters,
+``copy_samples.letters_name``; with ``study.copy_names=sft_users``, a first and a last name
+drawn apart from the SFT drills' own users, ``user_names``), zip (5 digits) and e-mail
 (``first.last`` + digits ``@example.com``), and its user id is made of the new names
 (``first_last_NNNN``): what a two-hop drill's first two calls copy.
 ``study.copy_rows_two_hop`` adds more copies of each two-hop drill, the tier with the fewest.
@@ -38,9 +39,10 @@ from __future__ import annotations
 import json
 import random
 import re
+from typing import Callable
 
 from envace_lite.config import Config, ConfigError
-from envace_lite.drills.copy_samples import syllable_name
+from envace_lite.drills.copy_samples import letters_name, syllable_name
 from envace_lite.types import Task
 
 ID_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -57,11 +59,12 @@ EMAIL = re.compile(r"\b[a-z]+\.[a-z]+\d+@example\.com\b")
 
 
 def _people(source: str, zips: list[str], rng: random.Random, taken: set[str],
-            names: tuple[list[str], list[str]] | None = None
+            names: tuple[list[str], list[str]] | None = None,
+            draw: Callable[[random.Random], str] = syllable_name
             ) -> tuple[dict[str, str], dict[str, str]]:
     """``(ids, words)``: fresh user ids and e-mails (replaced as they are), and fresh names and
     zips (replaced as whole words) for every user id and e-mail of ``source``; the names are
-    syllables, or drawn from ``names`` (first names, last names) when it is given."""
+    drawn from ``names`` (first names, last names) when it is given, else made by ``draw``."""
     ids, words = {}, {}
     for old in dict.fromkeys(re.findall(ID_PATTERNS[1][1], source)):
         first, last = old.split("_")[:2]
@@ -69,7 +72,7 @@ def _people(source: str, zips: list[str], rng: random.Random, taken: set[str],
             if names:
                 new_first, new_last = rng.choice(names[0]), rng.choice(names[1])
             else:
-                new_first, new_last = syllable_name(rng), syllable_name(rng)
+                new_first, new_last = draw(rng), draw(rng)
             new = f"{new_first.lower()}_{new_last.lower()}_{rng.randrange(10**4):04d}"
             if new not in taken:
                 break
@@ -109,7 +112,8 @@ def _amount(old: str, rng: random.Random) -> str:
 
 def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset(),
                k: int = 0, people: bool = False,
-               names: tuple[list[str], list[str]] | None = None) -> Task:
+               names: tuple[list[str], list[str]] | None = None,
+               draw: Callable[[random.Random], str] = syllable_name) -> Task:
     """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy<k>``.
 
     Args:
@@ -119,7 +123,9 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
         k: the copy's index (in its id).
         people: also fresh names, zips and e-mails, and user ids made of the new names.
         names: with ``people``, the capitalized first and last names to draw the new names
-            from (None: random syllables).
+            from (None: each made by ``draw``).
+        draw: with ``people`` and no ``names``, what makes a new name
+            (``copy_samples.syllable_name`` or ``copy_samples.letters_name``).
 
     Returns:
         A new ``Task``; ``task`` is left as it is.
@@ -134,7 +140,7 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     if people:
         zips = [str(c["arguments"]["zip"]) for turn in d["gold_calls"] for c in turn
                 if "zip" in c.get("arguments", {})]
-        mapping, words = _people(source, zips, rng, taken, names)
+        mapping, words = _people(source, zips, rng, taken, names, draw)
     for kind, pattern in ID_PATTERNS:
         for old in dict.fromkeys(re.findall(pattern, source)):
             if old not in mapping and not any(old in k for k in mapping):
@@ -166,8 +172,9 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     """``cfg.study.copy_rows`` fresh copies of each of ``tasks`` (the SFT drills), and
     ``cfg.study.copy_rows_two_hop`` more of each two-hop drill, seeded by the run seed and the
     task id; none when ``copy_rows`` is 0 or the tasks are not drills. ``cfg.study.copy_people``
-    gives the copies fresh names, zips and e-mails too; with ``cfg.study.copy_names`` =
-    ``sft_users`` the names are drawn from those of ``tasks``' own users (``user_names``).
+    gives the copies fresh names, zips and e-mails too; ``cfg.study.copy_names`` says how the
+    names are made: random syllables, random letters (``letters``) or drawn from those of
+    ``tasks``' own users (``sft_users``, ``user_names``).
 
     Registered as an extra warm-start task builder (``pipelines.sft.register_extra_sft_tasks``):
     the warm start takes their ACT transcripts only.
@@ -191,12 +198,13 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
             names = user_names(drills)
         except ValueError as e:
             raise ConfigError(f"study.copy_names=sft_users: {e}") from None
+    draw = letters_name if cfg.study.copy_names == "letters" else syllable_name
     out = []
     for task in drills:
         extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0
         for k in range(n + extra):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
-            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people, names))
+            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people, names, draw))
     return out
 
 

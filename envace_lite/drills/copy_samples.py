@@ -21,6 +21,7 @@ _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "
 _LAST = ("abe", "berg", "cruz", "dahl", "eze", "frost", "gale", "holm", "iver", "juno", "kerr",
          "lund", "mora", "nash", "orr", "pike", "quay", "rook", "sato", "tate", "ueda", "vance")
 _CONSONANTS, _VOWELS = "bdfghklmnprstvz", "aeiou"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _PEOPLE_ASKS = ("Hi, I'm {f} {l}, zip code {z}. {q}", "Hello, this is {f} {l} ({z}). {q}",
                 "My name is {f} {l} and my zip is {z}. {q}")
 _EMAIL_ASKS = ("Hi, my email is {e}. {q}", "Hello! I'm writing from {e}. {q}")
@@ -33,6 +34,13 @@ def syllable_name(rng: random.Random) -> str:
     name that no tau2 user has, in the shape a ticket writes it."""
     return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
                    for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def letters_name(rng: random.Random) -> str:
+    """A random capitalized name of 4 to 7 letters, each drawn uniformly from ``a``-``z``
+    (``Qzvkem``): unlike ``syllable_name``, no letter follows from the ones before it, so a
+    policy that must write it has nothing to learn but to copy it."""
+    return "".join(rng.choice(_LETTERS) for _ in range(rng.randint(4, 7))).capitalize()
 
 
 _COPY_ASKS = (
@@ -267,4 +275,4 @@ def tau2_ids() -> frozenset[str]:
                 ids.update((k, k.lstrip("#")))
     return frozenset(ids)
 
-__all__ = ["copy_samples", "syllable_name", "tau2_ids"]
+__all__ = ["copy_samples", "letters_name", "syllable_name", "tau2_ids"]
