@@ -92,8 +92,10 @@ class ModelConfig:
     and the digits; ``mei.martin5518@`` -> ``mei``, ``.``, ``martin``), so a user id is the same
     tokens in the tool response that returns it and in the call that copies it, where merges
     with the text around it (``\\nomar``, ``a_``) differ. With ``model.split_capitalized``, the
-    name in a ticket and in a call is one token too. A drills lever, built and tested but not
-    yet measured (``docs/drills.md``, "Tuning the v2 warm start")."""
+    name in a ticket and in a call is one token too. A measured drills lever
+    (``docs/drills.md``, "Tuning the v2 warm start"): on the larger micro model's recipe the
+    best start so far, and the second call still writes a frequent name pair before the
+    response's digits."""
     dtype: str = "float32"
     """Torch dtype of the weights: ``float32`` on CPU, ``bfloat16`` on GPU."""
     device: str = "cpu"

@@ -441,6 +441,47 @@ def test_copy_names_from_the_sft_users_draw_first_and_last_apart():
         copy_tasks([bare], cfg)
 
 
+def test_copy_names_letters_name_the_copies_by_uniform_letters():
+    """study.copy_names=letters: letters_name draws 4-7 letters, each of the 26 (by hand: a
+    seeded draw's own letters, and all 26 over 2,000 draws with no consonant-vowel pattern);
+    copy_tasks' copies write the same letters in the ticket, the first call and the user id,
+    while the default keeps syllable names."""
+    import random
+    import re
+    from collections import Counter
+
+    from envace_lite.config import get_config
+    from envace_lite.drills.copy_rows import copy_tasks
+    from envace_lite.drills.copy_samples import letters_name
+
+    rng = random.Random(7)
+    expect = random.Random(7)
+    n = expect.randint(4, 7)
+    assert letters_name(rng) == "".join(expect.choice("abcdefghijklmnopqrstuvwxyz")
+                                        for _ in range(n)).capitalize()
+    draws = [letters_name(random.Random(k)) for k in range(2000)]
+    assert {len(d) for d in draws} == {4, 5, 6, 7}
+    assert all(re.fullmatch(r"[A-Z][a-z]+", d) for d in draws)
+    assert set("".join(draws).lower()) == set("abcdefghijklmnopqrstuvwxyz")
+    # syllable names alternate consonant and vowel; two letters in a row of one kind are common
+    assert sum(bool(re.search(r"[aeiou]{2}|[^aeiou]{2}", d.lower())) for d in draws) > 1500
+    counts = Counter("".join(draws).lower())
+    assert min(counts.values()) > 0.5 * max(counts.values())
+
+    C = "tau2-retail-drills-v2-compact"
+    hop = next(t for t in suite.suite_tasks(C, "train") if t.id.startswith("two_hop:")
+               and t.gold_calls[0][0]["name"] == "find_user_id_by_name_zip")
+    over = {"grpo.suites": [C], "study.copy_rows": 2, "study.copy_people": True}
+    for names, shape in (("letters", r"[A-Z][a-z]{3,6}"), ("syllables", r"(?:[A-Z][aeiou])"
+                                                                         r"(?:[a-z][aeiou]){1,2}")):
+        for copy in copy_tasks([hop], get_config("drills", {**over, "study.copy_names": names})):
+            a = copy.gold_calls[0][0]["arguments"]
+            assert re.fullmatch(shape, a["first_name"]) and re.fullmatch(shape, a["last_name"])
+            assert f"{a['first_name']} {a['last_name']}" in copy.messages[1]["content"]
+            assert copy.gold_calls[0][1]["arguments"]["user_id"].startswith(
+                f"{a['first_name'].lower()}_{a['last_name'].lower()}_")
+
+
 def test_extra_sft_tasks_add_act_transcripts_only():
     from envace_lite.config import get_config
     from envace_lite.models.micro_base import load_tokenizer
