@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from envace_lite.config import Config, ConfigError
 from envace_lite.drills.copy_samples import letters_name, syllable_name
