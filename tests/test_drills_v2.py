@@ -416,7 +416,7 @@ def test_copy_names_from_the_sft_users_draw_first_and_last_apart():
                                     "two_hop:sophia_lee_8294"]
     assert user_names(hops) == (["Aarav", "Mei", "Sophia"], ["Davis", "Lee", "Santos"])
     copy = fresh_copy(hops[0], random.Random(0), frozenset(), 0, people=True,
-                      names=(["Omar"], ["Lopez"]))
+                      draw=lambda rng: ("Omar", "Lopez"))
     args = copy.gold_calls[0][0]["arguments"]
     assert (args["first_name"], args["last_name"]) == ("Omar", "Lopez")
     assert copy.gold_calls[0][1]["arguments"]["user_id"].startswith("omar_lopez_")
@@ -472,8 +472,8 @@ def test_copy_names_letters_name_the_copies_by_uniform_letters():
     hop = next(t for t in suite.suite_tasks(C, "train") if t.id.startswith("two_hop:")
                and t.gold_calls[0][0]["name"] == "find_user_id_by_name_zip")
     over = {"grpo.suites": [C], "study.copy_rows": 2, "study.copy_people": True}
-    for names, shape in (("letters", r"[A-Z][a-z]{3,6}"), ("syllables", r"(?:[A-Z][aeiou])"
-                                                                         r"(?:[a-z][aeiou]){1,2}")):
+    syllables = r"[A-Z][aeiou](?:[a-z][aeiou]){1,2}"
+    for names, shape in (("letters", r"[A-Z][a-z]{3,6}"), ("syllables", syllables)):
         for copy in copy_tasks([hop], get_config("drills", {**over, "study.copy_names": names})):
             a = copy.gold_calls[0][0]["arguments"]
             assert re.fullmatch(shape, a["first_name"]) and re.fullmatch(shape, a["last_name"])

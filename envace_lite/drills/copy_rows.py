@@ -45,6 +45,16 @@ from envace_lite.config import Config, ConfigError
 from envace_lite.drills.copy_samples import letters_name, syllable_name
 from envace_lite.types import Task
 
+NameDraw = Callable[[random.Random], tuple[str, str]]
+"""What makes a copy's new ``(first, last)`` name from the copy's random draw."""
+
+
+def name_draw(make: Callable[[random.Random], str]) -> NameDraw:
+    """A ``NameDraw`` whose first and last names are each made by ``make``
+    (``copy_samples.syllable_name`` or ``copy_samples.letters_name``)."""
+    return lambda rng: (make(rng), make(rng))
+
+
 ID_PATTERNS: tuple[tuple[str, str], ...] = (
     ("order", r"(?<![A-Za-z0-9])W\d{7}(?!\d)"),
     ("user", r"\b[a-z]+_[a-z]+_\d{4}\b"),
@@ -58,21 +68,16 @@ AMOUNT = re.compile(r"^\d+\.\d{2}$")
 EMAIL = re.compile(r"\b[a-z]+\.[a-z]+\d+@example\.com\b")
 
 
-def _people(source: str, zips: list[str], rng: random.Random, taken: set[str],
-            names: tuple[list[str], list[str]] | None = None,
-            draw: Callable[[random.Random], str] = syllable_name
+def _people(source: str, zips: list[str], rng: random.Random, taken: set[str], draw: NameDraw
             ) -> tuple[dict[str, str], dict[str, str]]:
-    """``(ids, words)``: fresh user ids and e-mails (replaced as they are), and fresh names and
-    zips (replaced as whole words) for every user id and e-mail of ``source``; the names are
-    drawn from ``names`` (first names, last names) when it is given, else made by ``draw``."""
+    """``(ids, words)``: fresh user ids and e-mails (replaced as they are), and fresh names
+    (made by ``draw``) and zips (replaced as whole words) for every user id and e-mail of
+    ``source``."""
     ids, words = {}, {}
     for old in dict.fromkeys(re.findall(ID_PATTERNS[1][1], source)):
         first, last = old.split("_")[:2]
         while True:
-            if names:
-                new_first, new_last = rng.choice(names[0]), rng.choice(names[1])
-            else:
-                new_first, new_last = draw(rng), draw(rng)
+            new_first, new_last = draw(rng)
             new = f"{new_first.lower()}_{new_last.lower()}_{rng.randrange(10**4):04d}"
             if new not in taken:
                 break
@@ -112,8 +117,7 @@ def _amount(old: str, rng: random.Random) -> str:
 
 def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = frozenset(),
                k: int = 0, people: bool = False,
-               names: tuple[list[str], list[str]] | None = None,
-               draw: Callable[[random.Random], str] = syllable_name) -> Task:
+               draw: NameDraw | None = None) -> Task:
     """``task`` with fresh ids and amounts (see the module docstring), id ``<id>~copy<k>``.
 
     Args:
@@ -122,10 +126,8 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
         forbidden: ids no new value may equal (tau2's own).
         k: the copy's index (in its id).
         people: also fresh names, zips and e-mails, and user ids made of the new names.
-        names: with ``people``, the capitalized first and last names to draw the new names
-            from (None: each made by ``draw``).
-        draw: with ``people`` and no ``names``, what makes a new name
-            (``copy_samples.syllable_name`` or ``copy_samples.letters_name``).
+        draw: with ``people``, what makes the new first and last name (None: random
+            syllables, ``name_draw(copy_samples.syllable_name)``).
 
     Returns:
         A new ``Task``; ``task`` is left as it is.
@@ -140,7 +142,7 @@ def fresh_copy(task: Task, rng: random.Random, forbidden: frozenset[str] = froze
     if people:
         zips = [str(c["arguments"]["zip"]) for turn in d["gold_calls"] for c in turn
                 if "zip" in c.get("arguments", {})]
-        mapping, words = _people(source, zips, rng, taken, names, draw)
+        mapping, words = _people(source, zips, rng, taken, draw or name_draw(syllable_name))
     for kind, pattern in ID_PATTERNS:
         for old in dict.fromkeys(re.findall(pattern, source)):
             if old not in mapping and not any(old in k for k in mapping):
@@ -192,19 +194,19 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
     if not drills:
         return []
     forbidden = tau2_ids()
-    names = None
+    draw = name_draw(letters_name if cfg.study.copy_names == "letters" else syllable_name)
     if cfg.study.copy_people and cfg.study.copy_names == "sft_users":
         try:
-            names = user_names(drills)
+            firsts, lasts = user_names(drills)
         except ValueError as e:
             raise ConfigError(f"study.copy_names=sft_users: {e}") from None
-    draw = letters_name if cfg.study.copy_names == "letters" else syllable_name
+        draw = lambda rng: (rng.choice(firsts), rng.choice(lasts))
     out = []
     for task in drills:
         extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0
         for k in range(n + extra):
             rng = random.Random(f"{cfg.run.seed}:{task.suite}:{task.id}:{k}")
-            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people, names, draw))
+            out.append(fresh_copy(task, rng, forbidden, k, cfg.study.copy_people, draw))
     return out
 
 
@@ -227,4 +229,5 @@ def user_names(tasks: list[Task]) -> tuple[list[str], list[str]]:
     return sorted(firsts), sorted(lasts)
 
 
-__all__ = ["AMOUNT", "EMAIL", "ID_PATTERNS", "copy_tasks", "fresh_copy", "user_names"]
+__all__ = ["AMOUNT", "EMAIL", "ID_PATTERNS", "NameDraw", "copy_tasks", "fresh_copy", "name_draw",
+           "user_names"]

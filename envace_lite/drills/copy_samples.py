@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from typing import Any
 
 from envace_lite.protocol.prompts import assistant_text, tool_response_message
@@ -21,7 +22,6 @@ _FIRST = ("alex", "bea", "cato", "dara", "eli", "faye", "gus", "hana", "ines", "
 _LAST = ("abe", "berg", "cruz", "dahl", "eze", "frost", "gale", "holm", "iver", "juno", "kerr",
          "lund", "mora", "nash", "orr", "pike", "quay", "rook", "sato", "tate", "ueda", "vance")
 _CONSONANTS, _VOWELS = "bdfghklmnprstvz", "aeiou"
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _PEOPLE_ASKS = ("Hi, I'm {f} {l}, zip code {z}. {q}", "Hello, this is {f} {l} ({z}). {q}",
                 "My name is {f} {l} and my zip is {z}. {q}")
 _EMAIL_ASKS = ("Hi, my email is {e}. {q}", "Hello! I'm writing from {e}. {q}")
@@ -40,7 +40,7 @@ def letters_name(rng: random.Random) -> str:
     """A random capitalized name of 4 to 7 letters, each drawn uniformly from ``a``-``z``
     (``Qzvkem``): unlike ``syllable_name``, no letter follows from the ones before it, so a
     policy that must write it has nothing to learn but to copy it."""
-    return "".join(rng.choice(_LETTERS) for _ in range(rng.randint(4, 7))).capitalize()
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 7))).capitalize()
 
 
 _COPY_ASKS = (
