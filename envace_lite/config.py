@@ -420,6 +420,12 @@ class StudyConfig:
     warm-up copies names in the tokens real tickets use. A measured drills lever
     (``docs/drills.md``): 34 of 100 held-out samples copied against 19 on the larger model, but
     no two-hop drill passed (21.6 and 17.6 % on two tuning seeds)."""
+    pretrain_people_steps: int = 0
+    """``study.pretrain="copy_people"``: this many more optimizer steps after the copy warm-up,
+    on its people copies only (a name and zip, or an e-mail, copied from a ticket into a find
+    call, and the user id its response returns copied into a lookup;
+    ``copy_warmup.train_people``), so that the two-hop drill's two copies get far more samples
+    than the warm-up's sixth. A drills lever (``docs/drills.md``). 0: none."""
     world_rows: int = 0
     """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
     ``drills.world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
@@ -593,6 +599,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, str]] = {
     "warmstart.logging_steps": (1, None, "[]"), "warmstart.eval_first_turns": (0, None, "[]"),
     "run.seed": (0, None, "[]"),
     "study.pretrain_epochs": (0, None, "[]"), "study.pretrain_steps": (1, None, "[]"),
+    "study.pretrain_people_steps": (0, None, "[]"),
     "study.world_rows": (0, None, "[]"), "study.copy_rows": (0, None, "[]"),
     "study.copy_rows_two_hop": (0, None, "[]"),
 }

@@ -362,3 +362,108 @@ def test_chunked_answer_loss_equals_one_padded_batch(micro_cfg, small_corpus):
     assert float(got) == pytest.approx(float(full), rel=1e-5)
     for n, p in model.named_parameters():
         assert torch.allclose(p.grad, want[n], rtol=1e-4, atol=1e-6), n
+
+
+def test_people_samples_are_the_people_copies_alone_each_copying_from_its_prompt():
+    """``people_samples`` (the people stage, ``study.pretrain_people_steps``): every sample is a
+    find call whose name and zip, or e-mail, stand in its ticket, or a lookup of the user id
+    that the find call's response returns; the same seed gives the same samples."""
+    import json
+
+    from envace_lite.drills.copy_samples import people_samples
+
+    samples = people_samples(400, seed=3)
+    assert len(samples) == 400 and samples == people_samples(400, seed=3)
+    assert samples != people_samples(400, seed=4)
+    kinds = {"name": 0, "email": 0, "user_id": 0}
+    for messages, answer in samples:
+        call = json.loads(answer.split("\n")[1])
+        args, ticket = call["arguments"], messages[0]["content"]
+        if len(messages) == 1:
+            assert call["name"] == "find"
+            if "email" in args:
+                kinds["email"] += 1
+                assert args["email"] in ticket and args["email"].endswith("@example.com")
+            else:
+                kinds["name"] += 1
+                assert f"{args['first_name']} {args['last_name']}" in ticket
+                assert args["zip"] in ticket and len(args["zip"]) == 5
+        else:
+            kinds["user_id"] += 1
+            assert call["name"] == "lookup" and len(messages) == 3
+            assert messages[1]["content"].startswith("<tool_call>")
+            assert messages[2]["content"] == f"<tool_response>\n{args['user_id']}\n</tool_response>"
+            assert args["user_id"].startswith(
+                json.loads(messages[1]["content"].split("\n")[1])["arguments"].get(
+                    "first_name", "").lower())
+    # a fair coin for find/lookup, then one for name/e-mail: about 100, 100 and 200 of 400
+    assert 70 <= kinds["name"] <= 130 and 70 <= kinds["email"] <= 130
+    assert 160 <= kinds["user_id"] <= 240
+
+
+def test_people_stage_counts_its_held_out_copies_by_kind(monkeypatch):
+    """``train_people`` holds out the first 100 samples of ``people_samples(seed=pretrain_seed +
+    1)`` and counts exact copies per kind: with every user-id lookup copied and nothing else,
+    its counts are the kinds of those 100 samples, counted here by their shape."""
+    from envace_lite.drills import copy_warmup
+    from envace_lite.drills.copy_samples import people_samples
+
+    monkeypatch.setattr(copy_warmup, "_fit", lambda *a, **k: [2.0] * 19 + [1.0, 0.5])
+    monkeypatch.setattr(copy_warmup, "_exact_copies",
+                        lambda model, tok, samples: int(len(samples[0][0]) == 3))
+    monkeypatch.setattr(copy_warmup, "tau2_ids", lambda: frozenset())
+    cfg = get_config("drills", {"study.pretrain": "copy_people", "study.pretrain_people_steps": 2,
+                                "study.pretrain_seed": 4})
+    _, result = copy_warmup.train_people("model", cfg, "tokenizer")
+    held = people_samples(100 + 64 * 2, seed=5)[:100]
+    lookups = sum(len(m) == 3 for m, _ in held)
+    emails = sum(len(m) == 1 and '"email"' in a for m, a in held)
+    assert result["exact_by_kind"] == {"name": [0, 100 - lookups - emails], "email": [0, emails],
+                                       "user_id": [lookups, lookups]}
+    assert result["exact_copies"] == lookups and 30 < lookups < 70
+    # loss_last is the mean of the last 20 losses: (18 * 2.0 + 1.0 + 0.5) / 20
+    assert (result["steps"], result["loss_first"], result["loss_last"]) == (2, 2.0, 1.88)
+
+
+def test_people_stage_goes_on_from_the_cached_warm_up_and_is_cached_beside_it(monkeypatch,
+                                                                              tmp_path):
+    """``copy_base`` with ``study.pretrain_people_steps``: the copy warm-up with people is trained
+    (or loaded) first under its own name, the people stage starts from it and is cached as
+    ``<warm-up>-people-<hash>``; a second call trains nothing; without ``copy_people`` it stops
+    with one line."""
+    from envace_lite.config import ConfigError
+    from envace_lite.drills import copy_warmup
+    from envace_lite.drills.copy_warmup import copy_config
+
+    monkeypatch.setenv("ENVACE_CACHE", str(tmp_path))
+    cfg = get_config("drills", {"study.pretrain": "copy_people", "study.pretrain_people_steps": 5})
+    tok = micro_tokenizer(cfg)
+    calls = []
+
+    def fake_copy(c, t):
+        calls.append(("copy", c.study.pretrain_people_steps))
+        return micro_model(copy_config(c, 0), t), {}
+
+    def fake_people(model, c, t):
+        calls.append(("people", c.study.pretrain_people_steps))
+        with torch.no_grad():
+            model.model.norm.weight.fill_(0.5)  # marks the stage's model
+        return model, {}
+
+    monkeypatch.setattr(copy_warmup, "train_copy", fake_copy)
+    monkeypatch.setattr(copy_warmup, "train_people", fake_people)
+    model = copy_warmup.copy_base(cfg, tok)
+    assert calls == [("copy", 0), ("people", 5)]
+    folders = sorted(p.name for p in (tmp_path / "pretrained").iterdir())
+    assert len(folders) == 2 and folders[1].startswith(folders[0] + "-people-")
+    assert folders[0].startswith("micro-copy-people-")
+    again = copy_warmup.copy_base(cfg, tok)
+    assert calls == [("copy", 0), ("people", 5)]  # both cached
+    assert torch.equal(again.model.norm.weight, model.model.norm.weight)
+    assert float(again.model.norm.weight.detach()[0]) == 0.5
+    other = get_config("drills", {"study.pretrain": "copy_people", "study.pretrain_people_steps": 6})
+    copy_warmup.copy_base(other, tok)
+    assert calls[-1] == ("people", 6) and len(list((tmp_path / "pretrained").iterdir())) == 3
+    with pytest.raises(ConfigError, match="needs study.pretrain='copy_people'"):
+        copy_warmup.copy_base(get_config("drills", {"study.pretrain": "copy_hops",
+                                                    "study.pretrain_people_steps": 5}), tok)

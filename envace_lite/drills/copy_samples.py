@@ -153,6 +153,32 @@ def copy_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
     return out
 
 
+def people_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
+                   names: tuple[list[str], list[str]] | None = None
+                   ) -> list[tuple[list[dict[str, str]], str]]:
+    """``n`` people copies only (``_people_sample``), the samples of the copy warm-up's people
+    stage (``study.pretrain_people_steps``, ``copy_warmup.train_people``).
+
+    Args:
+        n: how many samples.
+        seed: the draw's seed (the same seed gives the same samples).
+        forbidden: ids that no sample may hold (``tau2_ids``).
+        names: ``(first names, last names)`` to draw from, or None for syllable names.
+
+    Returns:
+        ``n`` samples ``(messages, answer)``, in equal parts on average: a ``find`` call from a
+        ticket with a name and zip (1/4), from a ticket with an e-mail (1/4), and a ``lookup``
+        of the user id that the find call's response returns (1/2).
+    """
+    rng = random.Random(seed)
+    out: list[tuple[list[dict[str, str]], str]] = []
+    while len(out) < n:
+        sample = _people_sample(rng, forbidden, names)
+        if sample is not None:
+            out.append(sample)
+    return out
+
+
 def _people_sample(rng: random.Random, forbidden: frozenset[str],
                    names: tuple[list[str], list[str]] | None = None
                    ) -> tuple[list[dict[str, str]], str] | None:
@@ -275,4 +301,4 @@ def tau2_ids() -> frozenset[str]:
                 ids.update((k, k.lstrip("#")))
     return frozenset(ids)
 
-__all__ = ["copy_samples", "letters_name", "syllable_name", "tau2_ids"]
+__all__ = ["copy_samples", "letters_name", "people_samples", "syllable_name", "tau2_ids"]
