@@ -425,7 +425,8 @@ class StudyConfig:
     on its people copies only (a name and zip, or an e-mail, copied from a ticket into a find
     call, and the user id its response returns copied into a lookup;
     ``copy_warmup.train_people``), so that the two-hop drill's two copies get far more samples
-    than the warm-up's sixth. A drills lever (``docs/drills.md``). 0: none."""
+    than the warm-up's third (a twelfth for the name). A drills lever (``docs/drills.md``).
+    0: none."""
     world_rows: int = 0
     """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
     ``drills.world_rows.world_tasks``) join the SFT rows, every one with its task's grounding

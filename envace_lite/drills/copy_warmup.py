@@ -152,9 +152,10 @@ def train_people(model: Any, cfg: Config, tokenizer: Any) -> tuple[Any, dict[str
     with ``train_copy``'s optimizer, schedule and batch: ``(model, result)``.
 
     Why: the two-hop drill's first two calls copy a name out of the ticket and a user id out of
-    a response, and the warm-up gives them a sixth of its samples. Trained on them alone, the
-    larger micro model copies 47 of 75 held-out user ids but 4 of 25 names after 300 steps
-    (``docs/drills.md``): the name copy needs many more samples than the warm-up gives.
+    a response, and the warm-up gives them a third of its samples (the name a twelfth).
+    Trained on them alone, the larger micro model copies 47 of 75 held-out user ids but 4 of 25
+    names after 300 steps (``docs/drills.md``): the name copy needs far more samples than the
+    warm-up gives.
 
     Returns:
         The model in eval mode, and ``{"steps", "batch", "loss_first", "loss_last",
