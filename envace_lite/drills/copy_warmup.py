@@ -136,9 +136,7 @@ def train_copy(cfg: Config, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     losses = _fit(model, tokenizer, samples[100:], st.pretrain_steps, st.pretrain_schedule,
                   records)
     exact = _exact_copies(model, tokenizer, samples[:100])
-    result = {"steps": st.pretrain_steps, "batch": _BATCH, "loss_first": round(losses[0], 2),
-              "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 2),
-              "exact_copies": exact, "seconds": round(time.perf_counter() - start)}
+    result = _result(st.pretrain_steps, losses, exact, start)
     log.info("copy warm-up of the micro base: %d steps of %d, loss %.2f -> %.2f, exact copies "
              "%d/100 held-out samples, %.0f s", st.pretrain_steps, _BATCH, result["loss_first"],
              result["loss_last"], exact, result["seconds"])
@@ -174,11 +172,8 @@ def train_people(model: Any, cfg: Config, tokenizer: Any) -> tuple[Any, dict[str
                 "email" if '"email"' in sample[1] else "name")
         by_kind[kind][0] += _exact_copies(model, tokenizer, [sample])
         by_kind[kind][1] += 1
-    result = {"steps": st.pretrain_people_steps, "batch": _BATCH,
-              "loss_first": round(losses[0], 2),
-              "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 2),
-              "exact_copies": sum(v[0] for v in by_kind.values()), "exact_by_kind": by_kind,
-              "seconds": round(time.perf_counter() - start)}
+    result = {**_result(st.pretrain_people_steps, losses,
+                        sum(v[0] for v in by_kind.values()), start), "exact_by_kind": by_kind}
     log.info("people stage of the copy warm-up: %d steps of %d, loss %.2f -> %.2f, exact "
              "copies %s of 100 held-out people samples, %.0f s", st.pretrain_people_steps,
              _BATCH, result["loss_first"], result["loss_last"], by_kind, result["seconds"])
@@ -187,6 +182,14 @@ def train_people(model: Any, cfg: Config, tokenizer: Any) -> tuple[Any, dict[str
 
 _BATCH = 64
 """Samples per optimizer step of the copy warm-up and its people stage."""
+
+
+def _result(steps: int, losses: list[float], exact: int, start: float) -> dict[str, Any]:
+    """A warm-up's record: steps, batch, first loss, mean of the last 20, exact copies and the
+    seconds since ``start`` (``time.perf_counter``)."""
+    return {"steps": steps, "batch": _BATCH, "loss_first": round(losses[0], 2),
+            "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 2),
+            "exact_copies": exact, "seconds": round(time.perf_counter() - start)}
 
 
 def _encode(tokenizer: Any, messages: list[dict[str, str]], answer: str
