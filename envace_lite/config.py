@@ -425,8 +425,9 @@ class StudyConfig:
     on its people copies only (a name and zip, or an e-mail, copied from a ticket into a find
     call, and the user id its response returns copied into a lookup;
     ``copy_warmup.train_people``), so that the two-hop drill's two copies get far more samples
-    than the warm-up's third (a twelfth for the name). A drills lever (``docs/drills.md``).
-    0: none."""
+    than the warm-up's third (a twelfth for the name). A measured drills lever
+    (``docs/drills.md``): after 1,000 such steps the 4M base copies 96 of 100 held-out people
+    samples, but no two-hop drill passed (21.6, 21.6 and 22.5 % on three tuning seeds). 0: none."""
     world_rows: int = 0
     """Warm start: the grounded REHEARSE rows of this many RL-split train tasks (a seeded draw,
     ``drills.world_rows.world_tasks``) join the SFT rows, every one with its task's grounding
