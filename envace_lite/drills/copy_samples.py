@@ -166,7 +166,7 @@ def people_samples(n: int, seed: int, forbidden: frozenset[str] = frozenset(),
         names: ``(first names, last names)`` to draw from, or None for syllable names.
 
     Returns:
-        ``n`` samples ``(messages, answer)``, in equal parts on average: a ``find`` call from a
+        ``n`` samples ``(messages, answer)``, in these shares on average: a ``find`` call from a
         ticket with a name and zip (1/4), from a ticket with an e-mail (1/4), and a ``lookup``
         of the user id that the find call's response returns (1/2).
     """
