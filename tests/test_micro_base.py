@@ -70,6 +70,24 @@ def test_only_the_shipped_recipe_is_served_by_the_shipped_base():
     assert not matches(get_config("drills", {"study.pretrain_schedule": "cosine"}))
 
 
+def test_a_people_stage_on_the_shipped_warm_up_stops_with_one_line(monkeypatch):
+    """``study.pretrain_people_steps`` is part of the recipe (0 for the shipped base), so the
+    shipped base never stands in for a people stage, and without ``copy_people`` the stage stops
+    with one line before anything is trained."""
+    from envace_lite.drills import copy_warmup
+    from envace_lite.models.load import load_policy
+
+    def never(*args, **kwargs):
+        raise AssertionError("the copy warm-up ran")
+
+    monkeypatch.setattr(copy_warmup, "train_copy", never)
+    monkeypatch.setattr(copy_warmup, "train_people", never)
+    cfg = get_config("drills", {"study.pretrain_people_steps": 5})
+    assert not matches(cfg) and matches(get_config("drills", {"study.pretrain_people_steps": 0}))
+    with pytest.raises(ConfigError, match="people_steps=5 needs study.pretrain='copy_people'"):
+        load_policy(cfg)
+
+
 def _copy(tmp_path):
     dst = tmp_path / "base"
     shutil.copytree(BASE_DIR, dst)

@@ -75,11 +75,13 @@ def sha256(path: str | Path) -> str:
 
 RECIPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
                  "context_window", "split_digits", "split_capitalized", "spell_names",
-                 "split_id_names", "pretrain_steps", "pretrain_seed", "pretrain_schedule")
+                 "split_id_names", "pretrain_steps", "pretrain_seed", "pretrain_schedule",
+                 "pretrain_people_steps")
 """The config fields a base was built with (its manifest's ``recipe``): ``cfg.model``'s, and the
 ``pretrain_*`` ones of ``cfg.study`` (the drills study's copy warm-up)."""
 
-BUILT_BEFORE = {"split_capitalized": False, "spell_names": False, "split_id_names": False}
+BUILT_BEFORE = {"split_capitalized": False, "spell_names": False, "split_id_names": False,
+                "pretrain_people_steps": 0}
 """Recipe fields added after the shipped base was built, at the value it was built with (its
 manifest, pinned by sha256, does not name them)."""
 
