@@ -461,8 +461,8 @@ def test_people_stage_goes_on_from_the_cached_warm_up_and_is_cached_beside_it(mo
     assert calls == [("copy", 0), ("people", 5)]  # both cached
     assert torch.equal(again.model.norm.weight, model.model.norm.weight)
     assert float(again.model.norm.weight.detach()[0]) == 0.5
-    other = get_config("drills", {"study.pretrain": "copy_people", "study.pretrain_people_steps": 6})
-    copy_warmup.copy_base(other, tok)
+    copy_warmup.copy_base(get_config("drills", {"study.pretrain": "copy_people",
+                                                "study.pretrain_people_steps": 6}), tok)
     assert calls[-1] == ("people", 6) and len(list((tmp_path / "pretrained").iterdir())) == 3
     with pytest.raises(ConfigError, match="needs study.pretrain='copy_people'"):
         copy_warmup.copy_base(get_config("drills", {"study.pretrain": "copy_hops",

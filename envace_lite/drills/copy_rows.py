@@ -200,7 +200,9 @@ def copy_tasks(tasks: list[Task], cfg: Config) -> list[Task]:
             firsts, lasts = user_names(drills)
         except ValueError as e:
             raise ConfigError(f"study.copy_names=sft_users: {e}") from None
-        draw = lambda rng: (rng.choice(firsts), rng.choice(lasts))
+
+        def draw(rng: random.Random) -> tuple[str, str]:
+            return rng.choice(firsts), rng.choice(lasts)
     out = []
     for task in drills:
         extra = cfg.study.copy_rows_two_hop if task.id.partition(":")[0] == "two_hop" else 0

@@ -40,7 +40,8 @@ def letters_name(rng: random.Random) -> str:
     """A random capitalized name of 4 to 7 letters, each drawn uniformly from ``a``-``z``
     (``Qzvkem``): unlike ``syllable_name``, no letter follows from the ones before it, so a
     policy that must write it has nothing to learn but to copy it."""
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 7))).capitalize()
+    letters = (rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 7)))
+    return "".join(letters).capitalize()
 
 
 _COPY_ASKS = (
