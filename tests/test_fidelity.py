@@ -320,3 +320,36 @@ def protocol_call(order_id):
     from envace_lite.types import ToolCall
 
     return ToolCall("get_order_details", {"order_id": order_id})
+
+
+def test_audit_on_a_held_out_slice_with_and_without_the_tasks_grounding(tok):
+    """``split="validation"`` takes the pairs of the v2 suite's first validation drill, a lookup
+    with one call. With ``grounded`` the same pair is rehearsed again with the drill's real
+    result in its prompt. A REHEARSE that writes the real result when it sees it and ``{}``
+    otherwise is exact on the grounded pair and not on the bare one."""
+    from envace_lite.envs import list_tasks
+
+    suite = "tau2-retail-drills-v2-compact"
+    first = list_tasks(suite, "validation")[0]
+    (gold,), _ = collect_pairs([suite], "validation", 1, ("gold",))
+    assert (gold.task_id, gold.call.name) == (first, "get_order_details") == (
+        "lookup:W2307204", "get_order_details")
+    shown = []
+
+    def fn(role, prompt):
+        text = tok.decode(prompt)
+        shown.append(gold.real.content in text)
+        return rehearsal_text(gold.real.content if shown[-1] else "{}")
+
+    report = audit((ScriptedGenerator(fn, tok), tok), [suite], cfg_(), limit=1,
+                   sources=("gold",), upper_bound=False, split="validation", grounded=True)
+    assert report["config"]["split"] == "validation" and report["config"]["grounded"]
+    assert shown == [False, True]  # the bare prompt first, then the grounded one
+    bare, grounded = report["held_out"], report["held_out_grounded"]
+    assert (bare["grounding"], grounded["grounding"]) == ("none", "gold")
+    assert bare["overall"]["pairs"] == grounded["overall"]["pairs"] == 1
+    assert (bare["overall"]["exact_match"], grounded["overall"]["exact_match"]) == (0.0, 1.0)
+    assert [r["task_id"] for r in grounded["records"]] == [first]
+    assert grounded["error_prediction"]["gold"]["decisive_fields"]["lookup"]["recall"] == 1.0
+    assert bare["error_prediction"]["gold"]["decisive_fields"]["lookup"]["recall"] == 0.0
+    assert report["records"][0]["rehearsed"] == "{}"  # the bare pair's record is unchanged

@@ -203,9 +203,13 @@ def eval_cmd(
 def fidelity_cmd(
     profile: str = typer.Option("laptop", help=PROFILE_HELP),
     suite: list[str] = typer.Option(["tau2-telecom", "bfcl-base"], help="suite(s)"),
-    limit: int = typer.Option(3, help="tasks per suite, 0 = all (test split; train for the "
+    limit: int = typer.Option(3, help="tasks per suite, 0 = all (of --split; train for the "
                               "upper bound)"),
     source: list[str] = typer.Option(["gold", "policy"], help="gold and/or policy pairs"),
+    split: str = typer.Option("test", help="held-out pairs from this split (a v2 drills suite "
+                              "also has validation and confirmation)"),
+    grounded: bool = typer.Option(False, help="also rehearse the held-out pairs with their "
+                                  "task's grounding shown, as RL shows it"),
     upper_bound: bool = typer.Option(True, help="also the grounded upper bound (train pairs)"),
     checkpoint: str = typer.Option("", help="a checkpoint folder, or '' for the profile's model"),
     seed: int = typer.Option(0, help="run seed"),
@@ -225,7 +229,7 @@ def fidelity_cmd(
         raise ConfigError(f"--source {bad[0]!r}: choose from {list(SOURCES)}")
     cfg = resolve_config(profile, [], set_, extra={"run.seed": seed},
                          final={"model.checkpoint": checkpoint} if checkpoint else None)
-    check_suites(list(suite), "all", None)
+    check_suites(list(suite), split, None)
     checkpoint_option(cfg.model.checkpoint, cfg, "--checkpoint", allow_profile_mismatch)
     from envace_lite.models.hub import check_model_reachable
 
@@ -235,14 +239,19 @@ def fidelity_cmd(
     start = time.perf_counter()
     policy = as_policy("", cfg, seed, allow_profile_mismatch)
     report = audit((policy.generator, policy.tokenizer), list(suite), cfg, limit=limit,
-                   sources=tuple(source), upper_bound=upper_bound, out=run_dir)
+                   sources=tuple(source), upper_bound=upper_bound, out=run_dir, split=split,
+                   grounded=grounded)
     from envace_lite.course.eval_figures import plot_fidelity
 
     plot_fidelity(report).savefig(run_dir / "fidelity.png", dpi=120)
     held, ub = report["held_out"]["overall"], report["grounded_upper_bound"]
+    shown = report["held_out_grounded"]
     typer.echo(json.dumps({"held_out": {k: v for k, v in held.items() if k != "confusion"},
                            "confusion": held["confusion"],
                            "error_prediction": report["held_out"]["error_prediction"],
+                           "held_out_grounded": shown and {
+                               **{k: v for k, v in shown["overall"].items() if k != "confusion"},
+                               "error_prediction": shown["error_prediction"]},
                            "grounded_upper_bound": ub and {"label": ub["label"],
                                                            **ub["overall"]},
                            "replay_mismatches": report["replay_mismatches"]}, indent=1))

@@ -2,7 +2,8 @@
 with the real o_t?
 
 The paper never measures how often REHEARSE's observations match what the real environment
-returns. Here, for held-out (test-split) pairs (h_t, a_t):
+returns. Here, for held-out pairs (h_t, a_t) (the test split, or a v2 drills suite's held-out
+slice: ``audit``'s ``split``):
 
 1. **Pairs.** Two sources: ``gold`` (the benchmark's gold calls, replayed) and ``policy`` (the
    policy's own committed runs, ``execute.run_committed``). Each source is a list of events
@@ -13,7 +14,9 @@ returns. Here, for held-out (test-split) pairs (h_t, a_t):
    conversation up to and including the ACT reply that holds a_t, as REHEARSE reads it.
    Terminal pseudo-tools (telecom ``done``) are never rehearsed, so they make no pair.
 2. **Rehearse.** The policy writes ô_t with the REHEARSE prompt and grounding ``<unavailable>``
-   (docs/design.md, "Grounding"), all pairs in one batch, with the eval decoding.
+   (docs/design.md, "Grounding"), all pairs in one batch, with the eval decoding. With
+   ``grounded``, the same pairs are rehearsed again with their task's grounding shown, as RL
+   shows it with ``rollout.grounding_drop_p=0`` (``held_out_grounded``).
 3. **Metrics** (``pair_metrics``, ``aggregate``):
    - exact match: equal JSON values when both parse as JSON, else equal stripped text;
    - JSON field precision and recall: both sides flattened to leaf fields (``fields``), a field
@@ -273,9 +276,25 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
     return pairs, mismatches
 
 
+def with_task_grounding(pairs: list[Pair], split: str) -> list[Pair]:
+    """Fresh copies of ``pairs`` (not yet rehearsed) whose grounding is their task's: every
+    (call, observation) pair of its gold calls, all user turns, from ``envs.tasks.load_tasks``
+    of the pair's suite and ``split``. The pairs themselves are left as they are."""
+    from envace_lite.envs.tasks import load_tasks
+
+    ground: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for suite in dict.fromkeys(p.suite for p in pairs):
+        ids = {p.task_id for p in pairs if p.suite == suite}
+        ground.update({(suite, t.id): [g for turn in t.grounding for g in turn]
+                       for t in load_tasks(suite, split) if t.id in ids})
+    return [replace(p, grounding=ground[(p.suite, p.task_id)], rehearsed=None, parse_ok=False,
+                    metrics={}) for p in pairs]
+
+
 def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 3,
           sources: tuple[str, ...] = ("gold", "policy"), upper_bound: bool = True,
-          out: str | Path | None = None) -> dict[str, Any]:
+          out: str | Path | None = None, split: str = "test",
+          grounded: bool = False) -> dict[str, Any]:
     """The fidelity audit of ``policy = (generator, tokenizer)`` on held-out pairs.
 
     Args:
@@ -284,7 +303,7 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
             cannot be replayed without their simulator).
         cfg: run config (rendering, budgets, ``eval.decoding`` and ``eval.max_turns``).
         limit: tasks per suite and split (0 = all; negative: ``ConfigError``).
-        sources: ``gold`` and/or ``policy`` (held-out pairs, test split).
+        sources: ``gold`` and/or ``policy`` (held-out pairs, of ``split``).
         upper_bound: also run the grounded upper bound on train-split gold pairs, and the same
             pairs again with ``<unavailable>`` in place of the grounding, so that the difference
             is what REHEARSE takes from the real results in its prompt. It passes over the
@@ -292,24 +311,42 @@ def audit(policy: tuple[Any, Any], suites: list[str], cfg: Config, limit: int = 
             (``sft.extra_rehearse_tasks``: the drills study's ``study.world_rows``), so that it
             measures the reuse of a reference, not the recall of a trained record.
         out: a folder for ``fidelity.json`` (``write_report``).
+        split: where the held-out pairs come from: ``test``, or on a v2 drills suite one of its
+            held-out slices (``validation`` to tune on, ``confirmation`` for claims;
+            ``drills.slices``). An unknown split raises ``KeyError`` when the ids are listed.
+        grounded: also rehearse every held-out pair again with its task's grounding in the
+            prompt (the real results of the task's gold calls, all user turns: what REHEARSE
+            sees during RL with ``rollout.grounding_drop_p=0``), reported as
+            ``held_out_grounded``. The policy's own calls are then judged with the real
+            results of the gold calls in view, which is what a world model is given in RL.
 
     Returns:
         ``{"held_out": {"grounding": "none", "overall", "slices", "error_prediction"
         (``prediction_report``)}, "grounded_upper_bound":
         {"label", "grounding": "gold", "excluded_world_tasks", "overall", "slices",
-        "same_pairs_without_grounding"} | None, "replay_mismatches",
+        "same_pairs_without_grounding"} | None, "held_out_grounded": {"grounding": "gold",
+        "overall", "slices", "error_prediction", "records"} | None, "replay_mismatches",
         "records", "config"}``.
     """
     gen, tok = policy
-    pairs, mismatches = collect_pairs(suites, "test", limit, sources, policy, cfg)
+    pairs, mismatches = collect_pairs(suites, split, limit, sources, policy, cfg)
     rehearse_pairs(pairs, gen, tok, cfg)
     records = [record(p) for p in pairs]
     report: dict[str, Any] = {
-        "config": {"suites": suites, "limit": limit, "sources": list(sources), "split": "test",
-                   "decoding": cfg.eval.decoding, "rendering": cfg.rollout.rendering},
+        "config": {"suites": suites, "limit": limit, "sources": list(sources), "split": split,
+                   "grounded": grounded, "decoding": cfg.eval.decoding,
+                   "rendering": cfg.rollout.rendering},
         "held_out": {"grounding": "none", "overall": aggregate(records),
                      "slices": sliced(records), "error_prediction": prediction_report(records)},
-        "grounded_upper_bound": None, "replay_mismatches": mismatches, "records": records}
+        "held_out_grounded": None, "grounded_upper_bound": None,
+        "replay_mismatches": mismatches, "records": records}
+    if grounded:
+        shown = with_task_grounding(pairs, split)
+        rehearse_pairs(shown, gen, tok, cfg)
+        recs = [record(p) for p in shown]
+        report["held_out_grounded"] = {
+            "grounding": "gold", "overall": aggregate(recs), "slices": sliced(recs),
+            "error_prediction": prediction_report(recs), "records": recs}
     if upper_bound:
         from envace_lite.pipelines.sft import extra_rehearse_tasks
 
@@ -354,5 +391,6 @@ __all__ = [
     "record",
     "rehearse_pairs",
     "replay",
+    "with_task_grounding",
     "write_report",
 ]
