@@ -260,6 +260,33 @@ def test_the_tuning_points_are_validation_only_and_agree_with_the_gate():
     assert stopped == all(pt["success"] < 0.10 for pt in points)
 
 
+def test_the_fidelity_tuning_audits_are_validation_only_and_recompute():
+    """Every shipped REHEARSE audit of a tuning policy read the validation slice, with a tuning
+    seed, on the policy of a shipped tuning point; its metrics, bare and with the grounding,
+    recompute from its per-pair records."""
+    from pathlib import Path
+
+    from envace_lite.pipelines.fidelity_metrics import aggregate, prediction_report
+
+    root = Path(__file__).resolve().parents[1] / "data/reference_results/drills_v2"
+    prereg = json.loads((root / "prereg.json").read_text())
+    confirmatory = {s for m in prereg["modes"] for s in prereg["seeds"][m]}
+    audits = sorted((root / "fidelity_tuning").glob("*.json"))
+    assert len(audits) >= 2
+    for path in audits:
+        a = json.loads(path.read_text())
+        assert a["split"] == a["config"]["split"] == "validation", path.name
+        assert a["seed"] not in confirmatory and f"--seed {a['seed']} " in a["command"]
+        policy = json.loads((root / "fidelity_tuning" / a["policy_record"]).read_text())
+        assert (policy["seed"], policy["split"]) == (a["seed"], "validation")
+        for part, records in (("held_out", a["records"]),
+                              ("held_out_grounded", a["held_out_grounded"]["records"])):
+            assert json.loads(json.dumps(aggregate(records))) == a[part]["overall"], path.name
+            assert json.loads(json.dumps(prediction_report(records))) == \
+                a[part]["error_prediction"], path.name
+        assert len(a["records"]) == a["held_out"]["overall"]["pairs"] > 0
+
+
 def test_compact_record_by_hand():
     from envace_lite.drills.records import compact_record
 
