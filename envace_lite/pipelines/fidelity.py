@@ -246,13 +246,8 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
     for suite in suites:
         ids = first_tasks([i for i in list_tasks(suite, split) if i not in exclude], limit)
         if "gold" in sources:
-            ground = {}
-            if grounded:
-                from envace_lite.envs.tasks import load_tasks
-
-                ground = {t.id: [g for turn in t.grounding for g in turn]
-                          for t in load_tasks(suite, split, limit=0 if exclude else limit)
-                          if t.id in ids}
+            ground = task_grounding(suite, split, set(ids), 0 if exclude else limit) \
+                if grounded else {}
             for tid in progress(ids, enabled=shown, desc=f"{suite} gold pairs", unit="task"):
                 env = make_env(suite, tid)
                 events = gold_events(env)
@@ -276,17 +271,24 @@ def collect_pairs(suites: list[str], split: str, limit: int, sources: tuple[str,
     return pairs, mismatches
 
 
-def with_task_grounding(pairs: list[Pair], split: str) -> list[Pair]:
-    """Fresh copies of ``pairs`` (not yet rehearsed) whose grounding is their task's: every
-    (call, observation) pair of its gold calls, all user turns, from ``envs.tasks.load_tasks``
-    of the pair's suite and ``split``. The pairs themselves are left as they are."""
+def task_grounding(suite: str, split: str, ids: set[str],
+                   limit: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """``{task id: grounding}`` for the ``ids`` among the first ``limit`` tasks (0: all) of
+    ``suite``/``split`` (``envs.tasks.load_tasks``): every (call, observation) pair of the
+    task's gold calls, all user turns, as REHEARSE's grounding holds them."""
     from envace_lite.envs.tasks import load_tasks
 
-    ground: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for suite in dict.fromkeys(p.suite for p in pairs):
-        ids = {p.task_id for p in pairs if p.suite == suite}
-        ground.update({(suite, t.id): [g for turn in t.grounding for g in turn]
-                       for t in load_tasks(suite, split) if t.id in ids})
+    return {t.id: [g for turn in t.grounding for g in turn]
+            for t in load_tasks(suite, split, limit=limit) if t.id in ids}
+
+
+def with_task_grounding(pairs: list[Pair], split: str) -> list[Pair]:
+    """Fresh copies of ``pairs`` (not yet rehearsed) whose grounding is their task's
+    (``task_grounding`` of the pair's suite and ``split``). The pairs themselves are left as
+    they are."""
+    ground = {(suite, tid): g for suite in dict.fromkeys(p.suite for p in pairs)
+              for tid, g in task_grounding(suite, split, {p.task_id for p in pairs
+                                                          if p.suite == suite}).items()}
     return [replace(p, grounding=ground[(p.suite, p.task_id)], rehearsed=None, parse_ok=False,
                     metrics={}) for p in pairs]
 
@@ -391,6 +393,7 @@ __all__ = [
     "record",
     "rehearse_pairs",
     "replay",
+    "task_grounding",
     "with_task_grounding",
     "write_report",
 ]
